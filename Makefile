@@ -1,0 +1,45 @@
+# cloud-provider-baremetal: build, test and benchmark entry points. `make` lists them.
+
+GO       ?= go
+TOOLSBIN := hack/tools/bin
+PKGS     := ./...
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Compile every package
+	$(GO) build $(PKGS)
+
+.PHONY: tools
+tools: ## Build kube-apiserver and etcd for the integration tests into hack/tools/bin (first time ~8 min)
+	./hack/build-tools.sh
+
+.PHONY: test
+test: tools fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
+	$(GO) test -race -count=1 $(PKGS)
+
+.PHONY: vet
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+.PHONY: fmt-check
+fmt-check: ## Fail if gofmt would change a file
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './hack/tools/*')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+.PHONY: bench
+bench: ## Benchmarks: allocator speed, allocations and retained memory
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## Fuzz the cloud-config parser for a minute
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./config
+
+.PHONY: clean
+clean: ## Remove built tools and test caches
+	rm -rf $(TOOLSBIN)
+	$(GO) clean -testcache
