@@ -32,6 +32,9 @@ func Parse(s string) (Range, error) {
 	if err != nil {
 		return Range{}, fmt.Errorf("invalid CIDR %q: %w", s, err)
 	}
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return Range{}, fmt.Errorf("invalid CIDR %q: IPv4-mapped IPv6, write it as %s", s, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96))
+	}
 	if err := checkAddr(p.Addr()); err != nil {
 		return Range{}, fmt.Errorf("invalid CIDR %q: %w", s, err)
 	}

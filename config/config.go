@@ -1,0 +1,158 @@
+// Package config reads the cloud-config: the pools of addresses the cloud-controller-manager
+// gives to LoadBalancer Services, and how the node agents watch each other to fail over.
+// The controller and the agent read the same file, so they always agree on the pools.
+//
+// The file is YAML, read strictly: unknown fields, wrong types and bad values are all
+// reported at once, each with its line, so that an operator can fix a file in one go
+// instead of one error per restart.
+package config
+
+import (
+	"fmt"
+	"math/big"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
+)
+
+// Config is a valid cloud-config.
+type Config struct {
+	// Pools are in the order written. No two share an address.
+	Pools []Pool
+	// Failover holds the defaults for what the file leaves out.
+	Failover Failover
+}
+
+// Pool is a named set of addresses, with the Services that may take them and the Nodes
+// that may announce them.
+type Pool struct {
+	// Name is unique among the pools; a Service asks for the pool by it.
+	Name string
+	// Ranges are in the order written.
+	Ranges []iprange.Range
+	// AutoAssign lets Services that ask for no pool in particular draw from this one.
+	AutoAssign bool
+	// AvoidBuggyIPs keeps IPv4 addresses ending in .0 or .255 from being handed out,
+	// as some clients' firmware takes them for network or broadcast addresses.
+	AvoidBuggyIPs bool
+	// Namespaces are the only namespaces whose Services may use the pool; empty means all.
+	Namespaces []string
+	// ServiceSelector picks the Services that may use the pool.
+	ServiceSelector labels.Selector
+	// NodeSelector picks the Nodes that may announce the pool's addresses.
+	NodeSelector labels.Selector
+	// Interfaces are the network interfaces the agent announces on; empty leaves it to the agent.
+	Interfaces []string
+}
+
+// Failover tunes how agents notice a dead peer and take over its addresses.
+type Failover struct {
+	// ProbeInterval is the time between two health probes of a peer: 100ms unless set.
+	ProbeInterval time.Duration
+	// FailureThreshold is how many probes in a row must go unanswered before a peer is
+	// taken for dead: 3 unless set.
+	FailureThreshold int
+	// AgentPort is the UDP port of the agent's health responder: 7474 unless set.
+	AgentPort int
+}
+
+var defaultFailover = Failover{
+	ProbeInterval:    100 * time.Millisecond,
+	FailureThreshold: 3,
+	AgentPort:        7474,
+}
+
+// Load reads the cloud-config file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading cloud-config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse reads a cloud-config from data. name, usually the file's path, starts every problem
+// reported, as in "cloud.yaml:7: pools[1].addresses[0]: ...". If anything is wrong, the error
+// is a *multierror.Error holding every problem, in the order of their lines.
+func Parse(name string, data []byte) (*Config, error) {
+	c := &checker{file: name}
+	cfg := c.document(data)
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Pool returns the pool called name, or nil if there is none.
+func (c *Config) Pool(name string) *Pool {
+	for i := range c.Pools {
+		if c.Pools[i].Name == name {
+			return &c.Pools[i]
+		}
+	}
+	return nil
+}
+
+// PoolFor returns the pool that a belongs to, or nil if it is in none. As pools never
+// overlap, there is at most one.
+func (c *Config) PoolFor(a netip.Addr) *Pool {
+	for i := range c.Pools {
+		if c.Pools[i].Contains(a) {
+			return &c.Pools[i]
+		}
+	}
+	return nil
+}
+
+// AllowsService reports whether a Service in namespace, with serviceLabels, may take an
+// address from p.
+func (p *Pool) AllowsService(namespace string, serviceLabels labels.Set) bool {
+	if len(p.Namespaces) > 0 && !slices.Contains(p.Namespaces, namespace) {
+		return false
+	}
+	// A Pool built by hand rather than parsed may have no selector; it then selects all.
+	return p.ServiceSelector == nil || p.ServiceSelector.Matches(serviceLabels)
+}
+
+// Contains reports whether a lies in one of p's ranges. An address that AvoidBuggyIPs keeps
+// from being handed out still belongs to the pool.
+func (p *Pool) Contains(a netip.Addr) bool {
+	for _, r := range p.Ranges {
+		if r.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// HasFamily reports whether p offers any IPv4 address (ipv4 true) or any IPv6 address
+// (ipv4 false). With AvoidBuggyIPs, an IPv4 range made only of addresses ending in .0 and
+// .255 offers none.
+func (p *Pool) HasFamily(ipv4 bool) bool {
+	for _, r := range p.Ranges {
+		if r.Is4() != ipv4 {
+			continue
+		}
+		if !ipv4 || !p.AvoidBuggyIPs || hasGoodIPv4(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasGoodIPv4 reports whether r holds an address not ending in .0 or .255. Such addresses
+// come at most two in a row (x.255 then y.0), so any range of three addresses or more has
+// one, and a shorter range has one only at an end.
+func hasGoodIPv4(r iprange.Range) bool {
+	return !isBuggyIPv4(r.First) || !isBuggyIPv4(r.Last) || r.Size().Cmp(big.NewInt(2)) > 0
+}
+
+func isBuggyIPv4(a netip.Addr) bool {
+	last := a.As4()[3]
+	return last == 0 || last == 255
+}
