@@ -2,7 +2,12 @@
 
 GO       ?= go
 TOOLSBIN := hack/tools/bin
+BIN      := bin
 PKGS     := ./...
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo dev))
+LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(VERSION) \
+            -X k8s.io/component-base/version.gitCommit=$(shell git rev-parse HEAD 2>/dev/null) \
+            -X k8s.io/component-base/version.buildDate=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 
 .DEFAULT_GOAL := help
 
@@ -11,16 +16,16 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Compile every package
-	$(GO) build $(PKGS)
+build: ## Build bin/baremetal-ccm (version stamped from git)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/baremetal-ccm ./ccm
 
 .PHONY: tools
 tools: ## Build kube-apiserver and etcd for the integration tests into hack/tools/bin (first time ~8 min)
 	./hack/build-tools.sh
 
 .PHONY: test
-test: tools fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
-	$(GO) test -race -count=1 $(PKGS)
+test: tools build fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm $(GO) test -race -count=1 $(PKGS)
 
 .PHONY: vet
 vet: ## go vet
@@ -41,5 +46,5 @@ fuzz: ## Fuzz the cloud-config parser for a minute
 
 .PHONY: clean
 clean: ## Remove built tools and test caches
-	rm -rf $(TOOLSBIN)
+	rm -rf $(TOOLSBIN) $(BIN)
 	$(GO) clean -testcache

@@ -1,0 +1,78 @@
+// Command baremetal-ccm is the cloud-controller-manager of cloud-provider-baremetal: the
+// upstream service controller, with the "baremetal" provider handing out addresses from
+// the pools of --cloud-config.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/wait"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/app"
+	cloudconfig "k8s.io/cloud-provider/app/config"
+	"k8s.io/cloud-provider/names"
+	"k8s.io/cloud-provider/options"
+	"k8s.io/component-base/cli"
+	cliflag "k8s.io/component-base/cli/flag"
+	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics
+	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric
+	"k8s.io/component-base/version/verflag"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/provider"
+)
+
+func main() {
+	opts, err := options.NewCloudControllerManagerOptions()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "baremetal-ccm: %v\n", err)
+		os.Exit(1)
+	}
+	opts.KubeCloudShared.CloudProvider.Name = provider.Name
+	// A lock of our own, so this never takes turns with another cloud-controller-manager.
+	opts.Generic.LeaderElection.ResourceName = "baremetal-ccm"
+	// Allocation is in memory and cheap; the API server is the limit, not the workers.
+	opts.ServiceController.ConcurrentServiceSyncs = 10
+
+	var cloud cloudprovider.Interface
+	cmd := app.NewCloudControllerManagerCommand(opts,
+		func(*cloudconfig.CompletedConfig) cloudprovider.Interface { return cloud },
+		controllers(), names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
+	cmd.Use = "baremetal-ccm"
+	cmd.Long = `baremetal-ccm gives Services of type LoadBalancer addresses from the pools of its
+cloud-config, and picks the node that announces each address.`
+	// The cloud-config is read before anything else starts, so that a bad one stops the
+	// process with every problem listed, before it serves or touches the API.
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		verflag.PrintAndExitIfRequested()
+		cloud, err = newCloud(opts.KubeCloudShared.CloudProvider.Name, opts.KubeCloudShared.CloudProvider.CloudConfigFile)
+		return err
+	}
+	os.Exit(cli.Run(cmd))
+}
+
+func newCloud(name, configFile string) (cloudprovider.Interface, error) {
+	if name != provider.Name {
+		return nil, fmt.Errorf("--cloud-provider=%q: this binary only serves %q", name, provider.Name)
+	}
+	if configFile == "" {
+		return nil, errors.New("--cloud-config is required: the pools of addresses come from it")
+	}
+	cfg, err := config.Load(configFile)
+	if err != nil {
+		return nil, err
+	}
+	return provider.New(cfg), nil
+}
+
+// controllers returns the service controller alone: nodes and routes are not a bare-metal
+// provider's business.
+func controllers() map[string]app.ControllerInitFuncConstructor {
+	service := app.DefaultInitFuncConstructors[names.ServiceLBController]
+	service.InitContext.ClientName = "baremetal-service-controller"
+	return map[string]app.ControllerInitFuncConstructor{names.ServiceLBController: service}
+}

@@ -1,0 +1,110 @@
+// Package provider is the "baremetal" cloud provider: a thin adapter between the
+// Kubernetes cloud-controller-manager and the project's logic packages. LoadBalancer hands
+// out Service addresses from the cloud-config's pools through package ipam.
+package provider
+
+import (
+	"fmt"
+	"io"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/keymutex"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
+)
+
+// Name is the provider name, as given to --cloud-provider.
+const Name = "baremetal"
+
+// component names the controller in the events it records.
+const component = "baremetal-ccm"
+
+func init() {
+	cloudprovider.RegisterCloudProvider(Name, func(r io.Reader) (cloudprovider.Interface, error) {
+		if r == nil {
+			return nil, fmt.Errorf("provider %q needs a cloud-config (--cloud-config)", Name)
+		}
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return nil, fmt.Errorf("reading cloud-config: %w", err)
+		}
+		cfg, err := config.Parse("cloud-config", data)
+		if err != nil {
+			return nil, err
+		}
+		return New(cfg), nil
+	})
+}
+
+// Cloud implements cloudprovider.Interface for bare metal. Only LoadBalancer is offered:
+// nodes, zones and routes are the operator's.
+type Cloud struct {
+	lb *loadBalancer
+}
+
+var (
+	_ cloudprovider.Interface    = (*Cloud)(nil)
+	_ cloudprovider.InformerUser = (*Cloud)(nil)
+)
+
+// New returns the provider for a validated cloud-config. It makes no API calls; those
+// start with Initialize.
+func New(cfg *config.Config) *Cloud {
+	registerMetrics()
+	return &Cloud{lb: &loadBalancer{cfg: cfg, alloc: ipam.New(cfg.Pools), locks: keymutex.NewHashed(0)}}
+}
+
+// Initialize starts the event recorder. The cloud-controller-manager calls it once this
+// instance leads.
+func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
+	client := clientBuilder.ClientOrDie(component)
+	broadcaster := record.NewBroadcaster(record.WithContext(wait.ContextForChannel(stop)))
+	broadcaster.StartStructuredLogging(3)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	c.lb.recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: component})
+	go func() {
+		<-stop
+		broadcaster.Shutdown()
+	}()
+	klog.InfoS("Initialized the baremetal cloud provider", "pools", len(c.lb.cfg.Pools))
+}
+
+// SetInformers gives the provider the Service cache it rebuilds the allocator from.
+func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
+	services := factory.Core().V1().Services()
+	c.lb.services = services.Lister()
+	c.lb.servicesSynced = services.Informer().HasSynced
+}
+
+// LoadBalancer returns the Service address allocator.
+func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return c.lb, true }
+
+// Instances is not offered: nodes are the operator's.
+func (c *Cloud) Instances() (cloudprovider.Instances, bool) { return nil, false }
+
+// InstancesV2 is not offered: nodes are the operator's.
+func (c *Cloud) InstancesV2() (cloudprovider.InstancesV2, bool) { return nil, false }
+
+// Zones is not offered.
+func (c *Cloud) Zones() (cloudprovider.Zones, bool) { return nil, false }
+
+// Clusters is not offered.
+func (c *Cloud) Clusters() (cloudprovider.Clusters, bool) { return nil, false }
+
+// Routes is not offered: pod networking is the CNI's.
+func (c *Cloud) Routes() (cloudprovider.Routes, bool) { return nil, false }
+
+// ProviderName returns "baremetal".
+func (c *Cloud) ProviderName() string { return Name }
+
+// HasClusterID reports true: a bare-metal cluster has no cloud resources to tag, so there
+// is nothing a cluster ID would tell apart.
+func (c *Cloud) HasClusterID() bool { return true }
