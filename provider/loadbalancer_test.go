@@ -141,7 +141,6 @@ func TestPreferDualStackFallsBackToOneFamily(t *testing.T) {
 	}
 }
 
-
 func TestRefusalKeepsAddressAndSaysWhy(t *testing.T) {
 	now := time.Now()
 	holder := withStatus(service("holder", v1.IPFamilyPolicySingleStack, v1.IPv4Protocol), now, "198.51.100.1")
