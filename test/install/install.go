@@ -1,0 +1,113 @@
+// Package install puts the project's manifests into a test control plane the way an
+// operator would: rendered by kustomize and server-side applied. Tests then run the
+// binaries with the credentials those manifests grant, so a missing RBAC rule fails a test.
+package install
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// fieldManager owns what the tests apply.
+const fieldManager = "baremetal-test"
+
+// Render runs kustomize on dir, as `kubectl kustomize dir` does.
+func Render(dir string) ([]*unstructured.Unstructured, error) {
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range resources.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			return nil, fmt.Errorf("kustomize %s: %s: %w", dir, r.CurId(), err)
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out, nil
+}
+
+// Apply renders dir and server-side applies every object, in order, as admin.
+func Apply(ctx context.Context, admin *rest.Config, dir string) error {
+	objs, err := Render(dir)
+	if err != nil {
+		return err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(admin)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	client, err := dynamic.NewForConfig(admin)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("apply %s %s: %w", gvk.Kind, obj.GetName(), err)
+		}
+		data, err := obj.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		var ri dynamic.ResourceInterface = client.Resource(mapping.Resource)
+		if ns := obj.GetNamespace(); ns != "" {
+			ri = client.Resource(mapping.Resource).Namespace(ns)
+		}
+		if _, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(true)}); err != nil {
+			return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// ManifestsDir returns the manifests/ folder of the module, found from the working
+// directory of a test.
+func ManifestsDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "manifests", "kustomization.yaml")); err == nil {
+				return filepath.Join(dir, "manifests"), nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no manifests/kustomization.yaml above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// WriteKubeconfig writes cfg (server, CA, and a bearer token or client certificate) as a
+// kubeconfig file that a binary can be given with --kubeconfig.
+func WriteKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	return clientcmd.WriteToFile(*kc, path)
+}
