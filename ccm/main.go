@@ -35,8 +35,13 @@ func main() {
 	opts.KubeCloudShared.CloudProvider.Name = provider.Name
 	// A lock of our own, so this never takes turns with another cloud-controller-manager.
 	opts.Generic.LeaderElection.ResourceName = "baremetal-ccm"
-	// Allocation is in memory and cheap; the API server is the limit, not the workers.
+	// Allocation is in memory and cheap; what limits how fast Services get addresses is
+	// the API: each new Service costs the service controller a finalizer patch, a status
+	// patch and a few events. Upstream's defaults (1 worker, 20 QPS) take minutes for
+	// thousands of Services.
 	opts.ServiceController.ConcurrentServiceSyncs = 10
+	opts.Generic.ClientConnection.QPS = 100
+	opts.Generic.ClientConnection.Burst = 200
 
 	var cloud cloudprovider.Interface
 	cmd := app.NewCloudControllerManagerCommand(opts,

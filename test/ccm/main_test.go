@@ -1,0 +1,207 @@
+// Package ccm tests the baremetal-ccm binary as it runs in a cluster: a real process,
+// against a real kube-apiserver and etcd, with the credentials the project's manifests
+// grant its ServiceAccount.
+package ccm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(controlplane.RunTests(m))
+}
+
+// cloudConfig is the pools every test here draws from. Tests keep to their own pools or
+// namespaces so they can share one ccm.
+const cloudConfig = `
+pools:
+- name: default
+  addresses: [198.18.0.0/20, fd00:ba5e::/64]
+- name: reserved
+  addresses: [192.0.2.0/24]
+  autoAssign: false
+- name: single
+  addresses: [203.0.113.77/32]
+  autoAssign: false
+- name: bench
+  addresses: [198.19.0.0/16]
+  autoAssign: false
+`
+
+// The installed ccm's identity, from manifests/.
+const (
+	ccmNamespace      = "baremetal-system"
+	ccmServiceAccount = "baremetal-ccm"
+)
+
+// env is what every test here shares: the control plane with the manifests applied, an
+// admin client, and the files the ccm runs with.
+type env struct {
+	cp         *controlplane.ControlPlane
+	admin      kubernetes.Interface
+	dir        string
+	binary     string
+	kubeconfig string
+	config     string
+}
+
+var (
+	sharedEnv     *env
+	sharedEnvErr  error
+	sharedEnvOnce sync.Once
+)
+
+// setup returns the shared env, installing the manifests on first use.
+func setup(t testing.TB) *env {
+	t.Helper()
+	cp := controlplane.Shared(t)
+	sharedEnvOnce.Do(func() { sharedEnv, sharedEnvErr = newEnv(cp) })
+	if sharedEnvErr != nil {
+		t.Fatal(sharedEnvErr)
+	}
+	return sharedEnv
+}
+
+func newEnv(cp *controlplane.ControlPlane) (*env, error) {
+	ctx := context.Background()
+	e := &env{cp: cp}
+	var err error
+	if e.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
+		return nil, err
+	}
+	if e.dir, err = os.MkdirTemp("", "baremetal-ccm-test-"); err != nil {
+		return nil, err
+	}
+	manifests, err := install.ManifestsDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := install.Apply(ctx, cp.AdminConfig(), manifests); err != nil {
+		return nil, err
+	}
+	saConfig, err := cp.ServiceAccountConfig(ctx, ccmNamespace, ccmServiceAccount)
+	if err != nil {
+		return nil, err
+	}
+	e.kubeconfig = filepath.Join(e.dir, "kubeconfig")
+	if err := install.WriteKubeconfig(saConfig, e.kubeconfig); err != nil {
+		return nil, err
+	}
+	e.config = filepath.Join(e.dir, "cloud-config.yaml")
+	if err := os.WriteFile(e.config, []byte(cloudConfig), 0o644); err != nil {
+		return nil, err
+	}
+	if e.binary, err = ccmBinary(e.dir); err != nil {
+		return nil, err
+	}
+	// The service controller leaves a Service without nodes alone with a warning; a real
+	// cluster has nodes.
+	for _, name := range []string{"node-a", "node-b"} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := e.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// ccmBinary returns the binary `make test` built ($BAREMETAL_CCM), or builds one.
+func ccmBinary(dir string) (string, error) {
+	if bin := os.Getenv("BAREMETAL_CCM"); bin != "" {
+		return bin, nil
+	}
+	bin := filepath.Join(dir, "baremetal-ccm")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build baremetal-ccm: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startCCM runs the ccm binary until the test ends, and prints its log if the test fails.
+// Leader election is on, with short timings, so a restart after kill -9 takes over the
+// lease in seconds.
+func (e *env) startCCM(t testing.TB, extraArgs ...string) *process.Process {
+	t.Helper()
+	args := append([]string{
+		"--kubeconfig=" + e.kubeconfig,
+		"--cloud-provider=baremetal",
+		"--cloud-config=" + e.config,
+		"--leader-elect=true",
+		"--leader-elect-resource-namespace=" + ccmNamespace,
+		"--leader-elect-lease-duration=3s",
+		"--leader-elect-renew-deadline=2s",
+		"--leader-elect-retry-period=250ms",
+		"--secure-port=0",
+		"--v=2",
+	}, extraArgs...)
+	p, err := process.Start("baremetal-ccm", e.binary, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(10 * time.Second); err != nil && !strings.Contains(err.Error(), "had exited") {
+			t.Errorf("stop baremetal-ccm: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("baremetal-ccm log:\n%s", p.Logs())
+		}
+	})
+	return p
+}
+
+// namespace creates a namespace for one test.
+func (e *env) namespace(t testing.TB) string {
+	t.Helper()
+	ns, err := e.admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "ccm-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// eventually polls check every 50ms until it returns true, and fails the test with the
+// last message after timeout.
+func eventually(t testing.TB, timeout time.Duration, check func(ctx context.Context) (done bool, why string)) {
+	t.Helper()
+	var why string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var done bool
+		done, why = check(ctx)
+		return done, nil
+	})
+	if err != nil {
+		t.Fatalf("not within %s: %s", timeout, why)
+	}
+}
+
+// findEvent returns the message of an event with reason on the object, or "".
+func (e *env) findEvent(ctx context.Context, ns, name, reason string) string {
+	list, err := e.admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String(),
+	})
+	if err != nil || len(list.Items) == 0 {
+		return ""
+	}
+	return list.Items[0].Message
+}
