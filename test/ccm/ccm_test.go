@@ -14,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 )
 
@@ -28,6 +30,9 @@ func lbService(name string, opts ...svcOption) *corev1.Service {
 		Spec: corev1.ServiceSpec{
 			Type:  corev1.ServiceTypeLoadBalancer,
 			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+			// Traffic reaches the announcing node on the Service address itself; node
+			// ports are not needed, and there are only 2,768 of them.
+			AllocateLoadBalancerNodePorts: ptr.To(false),
 		},
 	}
 	for _, o := range opts {

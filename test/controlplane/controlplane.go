@@ -37,6 +37,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
 )
 
 // ServiceClusterIPRanges are the dual-stack Service CIDRs of every control plane: IPv4
@@ -60,8 +62,8 @@ const (
 // concurrent use.
 type ControlPlane struct {
 	dir       *lockedTempDir
-	etcd      *process
-	apiserver *process
+	etcd      *process.Process
+	apiserver *process.Process
 
 	host     string
 	clientCA *certificateAuthority
@@ -157,7 +159,7 @@ func start(ctx context.Context, bins binaries, o options) (_ *ControlPlane, err 
 	for name, value := range o.apiserverFlags {
 		flags[name] = value
 	}
-	if c.apiserver, err = startProcess("kube-apiserver", bins.apiserver, commandLine(flags)...); err != nil {
+	if c.apiserver, err = process.Start("kube-apiserver", bins.apiserver, commandLine(flags)...); err != nil {
 		return nil, err
 	}
 
@@ -171,10 +173,10 @@ func start(ctx context.Context, bins binaries, o options) (_ *ControlPlane, err 
 	return c, nil
 }
 
-func startEtcd(path, dir string, clientPort, peerPort int) (*process, error) {
+func startEtcd(path, dir string, clientPort, peerPort int) (*process.Process, error) {
 	clientURL := "http://" + loopbackAddress(clientPort)
 	peerURL := "http://" + loopbackAddress(peerPort)
-	return startProcess("etcd", path,
+	return process.Start("etcd", path,
 		"--name=controlplane",
 		"--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+clientURL,
@@ -259,7 +261,7 @@ func (c *ControlPlane) writePKI() (map[string]string, error) {
 
 // waitForEtcd waits until etcd answers its health check, so that a broken etcd is
 // reported as such and not as a kube-apiserver that never got ready.
-func waitForEtcd(ctx context.Context, etcd *process, port int) error {
+func waitForEtcd(ctx context.Context, etcd *process.Process, port int) error {
 	url := "http://" + loopbackAddress(port) + "/health"
 	var lastErr error
 	for {
@@ -268,8 +270,8 @@ func waitForEtcd(ctx context.Context, etcd *process, port int) error {
 			return nil
 		}
 		select {
-		case <-etcd.exited:
-			return startError(etcd, "etcd exited before ready: %v", etcd.exitError())
+		case <-etcd.Exited():
+			return startError(etcd, "etcd exited before ready: %s", exitStatus(etcd))
 		case <-ctx.Done():
 			return startError(etcd, "etcd not ready: %v (last health check: %v)", context.Cause(ctx), lastErr)
 		case <-time.After(50 * time.Millisecond):
@@ -309,10 +311,10 @@ func (c *ControlPlane) waitForAPIServer(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-c.apiserver.exited:
-			return startError(c.apiserver, "kube-apiserver exited before ready: %v", c.apiserver.exitError())
-		case <-c.etcd.exited:
-			return startError(c.etcd, "etcd exited while kube-apiserver was starting: %v", c.etcd.exitError())
+		case <-c.apiserver.Exited():
+			return startError(c.apiserver, "kube-apiserver exited before ready: %s", exitStatus(c.apiserver))
+		case <-c.etcd.Exited():
+			return startError(c.etcd, "etcd exited while kube-apiserver was starting: %s", exitStatus(c.etcd))
 		case <-ctx.Done():
 			return startError(c.apiserver, "kube-apiserver not ready: %v (last check: %v)", context.Cause(ctx), lastErr)
 		case <-time.After(100 * time.Millisecond):
@@ -342,13 +344,21 @@ func checkAPIServer(ctx context.Context, client kubernetes.Interface) error {
 }
 
 // startError describes a failed start with the end of the log of the process at fault.
-func startError(p *process, format string, args ...any) error {
+func startError(p *process.Process, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
-	tail := p.log.tail(logTailLines)
+	tail := p.Tail(logTailLines)
 	if strings.Contains(tail, "address already in use") {
 		err = fmt.Errorf("%w (%w)", err, errPortTaken)
 	}
-	return fmt.Errorf("%w\n--- last %d lines of the %s log ---\n%s", err, logTailLines, p.name, tail)
+	return fmt.Errorf("%w\n--- last %d lines of the %s log ---\n%s", err, logTailLines, p.Name(), tail)
+}
+
+// exitStatus describes how p, which has exited, did so, "exit status 0" included.
+func exitStatus(p *process.Process) string {
+	if err := p.ExitError(); err != nil {
+		return err.Error()
+	}
+	return "exit status 0"
 }
 
 // AdminConfig returns a new config for a cluster admin (user "admin" in group
@@ -411,11 +421,11 @@ func (c *ControlPlane) anonymousConfig() *rest.Config {
 // print when it fails.
 func (c *ControlPlane) Logs() string {
 	var b strings.Builder
-	for _, p := range []*process{c.etcd, c.apiserver} {
+	for _, p := range []*process.Process{c.etcd, c.apiserver} {
 		if p == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "===== %s (pid %d) =====\n%s", p.name, p.pid(), p.log.String())
+		fmt.Fprintf(&b, "===== %s (pid %d) =====\n%s", p.Name(), p.Pid(), p.Logs())
 	}
 	return b.String()
 }
@@ -428,10 +438,10 @@ func (c *ControlPlane) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
 		if c.apiserver != nil {
-			errs = append(errs, c.apiserver.stop(apiserverStopGrace))
+			errs = append(errs, c.apiserver.Stop(apiserverStopGrace))
 		}
 		if c.etcd != nil {
-			errs = append(errs, c.etcd.stop(etcdStopGrace))
+			errs = append(errs, c.etcd.Stop(etcdStopGrace))
 		}
 		errs = append(errs, c.dir.remove())
 		c.stopErr = errors.Join(errs...)

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
 )
 
 // The tests that need just any control plane share one, which also tests RunTests and
@@ -57,7 +56,7 @@ func TestStartAndStop(t *testing.T) {
 		t.Errorf("admin authenticates as %q in %v, want admin in system:masters", got.Username, got.Groups)
 	}
 
-	pids := []int{cp.etcd.pid(), cp.apiserver.pid()}
+	pids := []int{cp.etcd.Pid(), cp.apiserver.Pid()}
 	begin = time.Now()
 	if err := cp.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
@@ -159,21 +158,22 @@ func TestModuleRoot(t *testing.T) {
 }
 
 // The children must not outlive a test binary that dies without stopping them. The
-// control plane runs in a copy of this test binary, which is then killed.
+// control plane runs in a copy of this test binary, which is then killed. Killing the
+// helper's process group does not reach etcd and kube-apiserver, which have groups of
+// their own: only the helper's death can.
 func TestChildrenDieWithTestBinary(t *testing.T) {
 	if _, err := findBinaries(); err != nil {
 		SkipOrFail(t, err)
 	}
 	t.Setenv(helperEnv, "1")
-	helper, err := startProcess("helper", os.Args[0], "-test.run=^TestHelperControlPlane$", "-test.timeout=5m")
+	helper, err := process.Start("helper", os.Args[0], "-test.run=^TestHelperControlPlane$", "-test.timeout=5m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		_ = syscall.Kill(helper.pid(), syscall.SIGKILL)
-		<-helper.exited
+		_ = helper.Kill()
 		if t.Failed() {
-			t.Logf("helper output:\n%s", helper.log.String())
+			t.Logf("helper output:\n%s", helper.Logs())
 		}
 	}()
 
@@ -181,11 +181,13 @@ func TestChildrenDieWithTestBinary(t *testing.T) {
 	var dir string
 	deadline := time.Now().Add(2 * defaultStartTimeout)
 	for {
-		if _, err := fmt.Sscanf(lineWithPrefix(helper.log.String(), "PIDS "), "PIDS %d %d %s", &etcdPID, &apiserverPID, &dir); err == nil {
+		if _, err := fmt.Sscanf(lineWithPrefix(helper.Logs(), "PIDS "), "PIDS %d %d %s", &etcdPID, &apiserverPID, &dir); err == nil {
 			break
 		}
-		if helper.hasExited() {
-			t.Fatalf("helper exited before starting a control plane: %v", helper.exitError())
+		select {
+		case <-helper.Exited():
+			t.Fatalf("helper exited before starting a control plane: %s", exitStatus(helper))
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("helper did not start a control plane in time")
@@ -199,10 +201,9 @@ func TestChildrenDieWithTestBinary(t *testing.T) {
 			t.Fatalf("process %d is not running before the helper is killed", pid)
 		}
 	}
-	if err := syscall.Kill(helper.pid(), syscall.SIGKILL); err != nil {
+	if err := helper.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	<-helper.exited
 
 	deadline = time.Now().Add(10 * time.Second)
 	for _, pid := range []int{etcdPID, apiserverPID} {
@@ -228,51 +229,8 @@ func TestHelperControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("PIDS %d %d %s\n", cp.etcd.pid(), cp.apiserver.pid(), cp.dir.path)
+	fmt.Printf("PIDS %d %d %s\n", cp.etcd.Pid(), cp.apiserver.Pid(), cp.dir.path)
 	select {}
-}
-
-// A goroutine that exits locked to its thread takes the thread with it, and Linux then
-// kills the children that thread forked. Code under test may well do that (network
-// namespace helpers do, on purpose), so the children must survive it. Threads are
-// retired all through the start, while the forking goroutine may change threads. This
-// catches a start that lets its forking thread go; a forking goroutine that merely
-// forgot to lock usually survives it, by staying on its thread in waitid.
-func TestChildrenSurviveThreadExits(t *testing.T) {
-	stop := make(chan struct{})
-	var churned sync.WaitGroup
-	churned.Add(1)
-	go func() {
-		defer churned.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			exited := make(chan struct{})
-			go func() {
-				defer close(exited)
-				runtime.LockOSThread()
-			}()
-			<-exited
-		}
-	}()
-	cp := StartForTest(t)
-	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	churned.Wait()
-	time.Sleep(200 * time.Millisecond) // for a SIGKILL, if any, to land
-
-	for _, p := range []*process{cp.etcd, cp.apiserver} {
-		if !processAlive(p.pid()) {
-			t.Fatalf("%s died when other goroutines' threads exited", p.name)
-		}
-	}
-	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig())
-	if _, err := admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(t.Context()); err != nil {
-		t.Fatalf("kube-apiserver not ready after other goroutines' threads exited: %v", err)
-	}
 }
 
 // processAlive reports whether pid is a process that has not exited: one that is gone

@@ -29,7 +29,7 @@ var shared struct {
 // The tests share one control plane, started with opts by the first call to Shared.
 // RunTests stops it when the tests are done, and first prints its logs to stderr if any
 // test failed. Should a test panic, RunTests never gets to stop it, but the children
-// die with the test binary (see startProcess).
+// die with the test binary (see process.StartCmd).
 func RunTests(m *testing.M, opts ...Option) int {
 	shared.mu.Lock()
 	shared.inTestRun = true
