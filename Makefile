@@ -37,8 +37,15 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: ## Benchmarks: allocator speed, allocations and retained memory
-	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+bench: bench-ipam bench-ccm ## Every benchmark; figures are in the README
+
+.PHONY: bench-ipam
+bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated
+	$(GO) test -run='^$$' -bench=. -benchmem ./ipam
+
+.PHONY: bench-ccm
+bench-ccm: tools build ## 5,000 Services on a real control plane: time until all have addresses, ccm peak RSS
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm $(GO) test -run='^$$' -bench=BenchmarkConverge -benchtime=1x -timeout=20m ./test/ccm
 
 .PHONY: fuzz
 fuzz: ## Fuzz the cloud-config parser for a minute

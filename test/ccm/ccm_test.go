@@ -3,6 +3,8 @@ package ccm
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
@@ -116,7 +119,7 @@ func inPrefix(t testing.TB, addr, prefix string) {
 // that the ccm's log is printed once, at the end, if any of them fails.
 func TestCCM(t *testing.T) {
 	e := setup(t)
-	e.startCCM(t)
+	_, serving := e.startServingCCM(t)
 
 	t.Run("families", func(t *testing.T) {
 		ns := e.namespace(t)
@@ -223,6 +226,22 @@ func TestCCM(t *testing.T) {
 		}
 	})
 
+	t.Run("metrics", func(t *testing.T) {
+		metrics := e.scrape(t, serving)
+		for _, want := range []string{
+			`baremetal_ccm_pool_addresses{family="IPv4",pool="default"} 4096`,
+			`baremetal_ccm_pool_addresses{family="IPv6",pool="default"} 1.8446744073709552e+19`,
+			`baremetal_ccm_pool_addresses_used{family="IPv4",pool="single"} 1`,
+			`baremetal_ccm_address_refusals_total{reason="AddressInUse"}`,
+			`baremetal_ccm_address_refusals_total{reason="UnknownPool"}`,
+			`baremetal_ccm_address_releases_total`,
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
+
 	t.Run("race for one address", func(t *testing.T) {
 		ns := e.namespace(t)
 		const n = 20
@@ -273,4 +292,31 @@ func (e *env) patchAnnotation(t testing.TB, ns, name, key, value string) {
 	if _, err := e.admin.CoreV1().Services(ns).Patch(context.Background(), name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// scrape returns the ccm's metrics, read as the admin: the ccm authenticates and
+// authorizes the request through the API server, with the rights the manifests give it.
+func (e *env) scrape(t testing.TB, hostPort string) string {
+	t.Helper()
+	cfg := rest.CopyConfig(e.cp.AdminConfig())
+	cfg.Host = "https://" + hostPort
+	cfg.CAData = nil
+	cfg.Insecure = true // the ccm serves a self-signed certificate
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Get(cfg.Host + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s: %s", resp.Status, body)
+	}
+	return string(body)
 }

@@ -6,6 +6,7 @@ package ccm
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,6 +142,20 @@ func ccmBinary(dir string) (string, error) {
 // lease in seconds.
 func (e *env) startCCM(t testing.TB, extraArgs ...string) *process.Process {
 	t.Helper()
+	p, _ := e.startServingCCM(t, extraArgs...)
+	return p
+}
+
+// startServingCCM is startCCM, with the ccm's secure port (health and metrics) on a free
+// loopback port, returned as host:port.
+func (e *env) startServingCCM(t testing.TB, extraArgs ...string) (*process.Process, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().(*net.TCPAddr)
+	l.Close()
 	args := append([]string{
 		"--kubeconfig=" + e.kubeconfig,
 		"--cloud-provider=baremetal",
@@ -150,7 +165,9 @@ func (e *env) startCCM(t testing.TB, extraArgs ...string) *process.Process {
 		"--leader-elect-lease-duration=3s",
 		"--leader-elect-renew-deadline=2s",
 		"--leader-elect-retry-period=250ms",
-		"--secure-port=0",
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", addr.Port),
+		"--cert-dir=" + t.TempDir(),
 		"--v=2",
 	}, extraArgs...)
 	p, err := process.Start("baremetal-ccm", e.binary, args...)
@@ -165,7 +182,7 @@ func (e *env) startCCM(t testing.TB, extraArgs ...string) *process.Process {
 			t.Logf("baremetal-ccm log:\n%s", p.Logs())
 		}
 	})
-	return p
+	return p, addr.String()
 }
 
 // namespace creates a namespace for one test.
