@@ -50,11 +50,11 @@ type Pool struct {
 	Interfaces []string
 }
 
-// Failover tunes how agents notice a dead peer and take over its addresses.
+// Failover tunes how the ccm notices a dead agent and moves its addresses to another node.
 type Failover struct {
-	// ProbeInterval is the time between two health probes of a peer: 100ms unless set.
+	// ProbeInterval is the time between two health probes of an agent: 100ms unless set.
 	ProbeInterval time.Duration
-	// FailureThreshold is how many probes in a row must go unanswered before a peer is
+	// FailureThreshold is how many probes in a row must go unanswered before an agent is
 	// taken for dead: 3 unless set.
 	FailureThreshold int
 	// AgentPort is the UDP port of the agent's health responder: 7474 unless set.

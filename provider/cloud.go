@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -47,7 +48,10 @@ func init() {
 // Cloud implements cloudprovider.Interface for bare metal. Only LoadBalancer is offered:
 // nodes, zones and routes are the operator's.
 type Cloud struct {
-	lb *loadBalancer
+	lb        *loadBalancer
+	client    kubernetes.Interface
+	stop      <-chan struct{}
+	announcer *announcerController
 }
 
 var (
@@ -66,6 +70,7 @@ func New(cfg *config.Config) *Cloud {
 // instance leads.
 func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
 	client := clientBuilder.ClientOrDie(component)
+	c.client, c.stop = client, stop
 	broadcaster := record.NewBroadcaster(record.WithContext(wait.ContextForChannel(stop)))
 	broadcaster.StartStructuredLogging(3)
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -77,12 +82,22 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	klog.InfoS("Initialized the baremetal cloud provider", "pools", len(c.lb.cfg.Pools))
 }
 
-// SetInformers gives the provider the Service cache it rebuilds the allocator from.
+// SetInformers gives the provider the Service cache it rebuilds the allocator from, and
+// starts the announcer controller on the same caches.
 func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	services := factory.Core().V1().Services()
 	c.lb.services = services.Lister()
 	c.lb.servicesSynced = services.Informer().HasSynced
+
+	c.announcer = newAnnouncerController(c.lb.cfg, factory)
+	c.announcer.client = c.client
+	c.announcer.recorder = c.lb.recorder
+	go c.announcer.Run(wait.ContextForChannel(c.stop), announcerWorkers)
 }
+
+// announcerWorkers is how many address groups are decided at once. Decisions are cheap;
+// the workers wait on their patches.
+const announcerWorkers = 4
 
 // LoadBalancer returns the Service address allocator.
 func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return c.lb, true }

@@ -49,12 +49,19 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	announcerChanges = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "announcer_changes_total",
+		Help:           "Announcer annotations written or removed, by the reason of the new choice.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(poolSize, poolUsed, allocations, releases, allocationRefusals, restoredServices)
+		legacyregistry.MustRegister(poolSize, poolUsed, allocations, releases, allocationRefusals, restoredServices, announcerChanges)
 	})
 }
 

@@ -158,6 +158,10 @@ func (e *env) startServingCCM(t testing.TB, extraArgs ...string) (*process.Proce
 	l.Close()
 	args := append([]string{
 		"--kubeconfig=" + e.kubeconfig,
+		// In a pod these default to the in-cluster credentials; here they must be named
+		// for the secure port to authenticate and authorize its callers.
+		"--authentication-kubeconfig=" + e.kubeconfig,
+		"--authorization-kubeconfig=" + e.kubeconfig,
 		"--cloud-provider=baremetal",
 		"--cloud-config=" + e.config,
 		"--leader-elect=true",
@@ -212,13 +216,19 @@ func eventually(t testing.TB, timeout time.Duration, check func(ctx context.Cont
 	}
 }
 
-// findEvent returns the message of an event with reason on the object, or "".
-func (e *env) findEvent(ctx context.Context, ns, name, reason string) string {
+// findEvent returns the message of an event with reason on the object that contains
+// text, or "".
+func (e *env) findEvent(ctx context.Context, ns, name, reason, text string) string {
 	list, err := e.admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String(),
 	})
-	if err != nil || len(list.Items) == 0 {
+	if err != nil {
 		return ""
 	}
-	return list.Items[0].Message
+	for _, ev := range list.Items {
+		if strings.Contains(ev.Message, text) {
+			return ev.Message
+		}
+	}
+	return ""
 }

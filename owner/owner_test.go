@@ -1,0 +1,247 @@
+package owner
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+func healthy(names ...string) []Node {
+	var out []Node
+	for _, n := range names {
+		out = append(out, Node{Name: n, Healthy: true, Labels: labels.Set{"zone": "a"}})
+	}
+	return out
+}
+
+// hashOrder returns names ordered by the tie-breaking hash for ip.
+func hashOrder(ip string, names ...string) []string {
+	nodes := healthy(names...)
+	var out []string
+	for len(nodes) > 0 {
+		d := Select(Group{FirstIP: ip}, nodes)
+		out = append(out, d.Node)
+		nodes = slices.DeleteFunc(nodes, func(n Node) bool { return n.Name == d.Node })
+	}
+	return out
+}
+
+func TestSelect(t *testing.T) {
+	const ip = "198.51.100.1"
+	order := hashOrder(ip, "a", "b", "c")
+	first, second := order[0], order[1]
+
+	tests := []struct {
+		name   string
+		group  Group
+		nodes  []Node
+		want   Decision
+		reason string // Explain from previous announcer "prev"
+		prev   string
+	}{{
+		name:  "cluster without endpoints: any eligible node, by hash",
+		group: Group{FirstIP: ip},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: first, Reason: ReasonNoEndpoints},
+	}, {
+		name:  "most ready endpoints win",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{first: 1, second: 2}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: second, Reason: ReasonEndpoints},
+		prev:  first, reason: fmt.Sprintf("%s has more ready endpoints (2) than %s (1)", second, first),
+	}, {
+		name:  "equal endpoints: hash",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 1, "b": 1, "c": 1}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: first, Reason: ReasonEndpoints},
+	}, {
+		name:  "cluster prefers nodes with endpoints over the hash",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{second: 1}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: second, Reason: ReasonEndpoints},
+		prev:  first, reason: first + " has no ready endpoint",
+	}, {
+		name:  "local without endpoints: nobody",
+		group: Group{FirstIP: ip, Local: true},
+		nodes: healthy("a", "b"),
+		want:  Decision{Reason: ReasonNoLocalEndpoints},
+		prev:  "a", reason: "externalTrafficPolicy is Local and no eligible node has a ready endpoint",
+	}, {
+		name:  "local: only nodes with endpoints",
+		group: Group{FirstIP: ip, Local: true, Endpoints: map[string]int{"c": 1}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: "c", Reason: ReasonEndpoints},
+	}, {
+		name:  "local: endpoints only on an unhealthy node",
+		group: Group{FirstIP: ip, Local: true, Endpoints: map[string]int{"c": 3}},
+		nodes: append(healthy("a", "b"), Node{Name: "c"}),
+		want:  Decision{Reason: ReasonNoLocalEndpoints},
+	}, {
+		name:  "preferred node first",
+		group: Group{FirstIP: ip, PreferredNodes: []string{"x", "c", "b"}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: "c", Reason: ReasonPreferred},
+		prev:  "a", reason: "preferred node c became eligible",
+	}, {
+		name:  "preferred node not eligible: next preferred",
+		group: Group{FirstIP: ip, PreferredNodes: []string{"c", "b"}},
+		nodes: append(healthy("a", "b"), Node{Name: "c", Healthy: true, Labels: labels.Set{ExcludeLabel: ""}}),
+		want:  Decision{Node: "b", Reason: ReasonPreferred},
+		prev:  "c", reason: "c is excluded by the label node.kubernetes.io/exclude-from-external-load-balancers",
+	}, {
+		name:  "preferred node without endpoints is not a candidate when others have some",
+		group: Group{FirstIP: ip, PreferredNodes: []string{"a"}, Endpoints: map[string]int{"b": 1}},
+		nodes: healthy("a", "b"),
+		want:  Decision{Node: "b", Reason: ReasonEndpoints},
+	}, {
+		name:  "unhealthy agent",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 5, "b": 1}},
+		nodes: append(healthy("b"), Node{Name: "a"}),
+		want:  Decision{Node: "b", Reason: ReasonEndpoints},
+		prev:  "a", reason: "a agent not answering",
+	}, {
+		name:  "deleting node",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 5, "b": 1}},
+		nodes: append(healthy("b"), Node{Name: "a", Healthy: true, Deleting: true}),
+		want:  Decision{Node: "b", Reason: ReasonEndpoints},
+		prev:  "a", reason: "a is being deleted",
+	}, {
+		name:  "node gone",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 5, "b": 1}},
+		nodes: healthy("b"),
+		want:  Decision{Node: "b", Reason: ReasonEndpoints},
+		prev:  "a", reason: "a is gone",
+	}, {
+		name:  "pool nodeSelector",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 5, "b": 1}, NodeSelector: labels.SelectorFromSet(labels.Set{"edge": "true"})},
+		nodes: []Node{{Name: "a", Healthy: true}, {Name: "b", Healthy: true, Labels: labels.Set{"edge": "true"}}},
+		want:  Decision{Node: "b", Reason: ReasonEndpoints},
+		prev:  "a", reason: "a does not match the pool's nodeSelector",
+	}, {
+		name:  "endpoints on a node that does not exist count for nothing",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"ghost": 9}},
+		nodes: healthy("a"),
+		want:  Decision{Node: "a", Reason: ReasonNoEndpoints},
+	}, {
+		name:  "no nodes",
+		group: Group{FirstIP: ip},
+		want:  Decision{Reason: ReasonNoEligibleNode},
+		prev:  "a", reason: "no node may announce: there are no nodes",
+	}, {
+		name:  "no eligible node",
+		group: Group{FirstIP: ip},
+		nodes: []Node{{Name: "a"}, {Name: "b", Deleting: true, Healthy: true}},
+		want:  Decision{Reason: ReasonNoEligibleNode},
+		prev:  "a", reason: "no node may announce: a agent not answering, b is being deleted",
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Select(tc.group, tc.nodes)
+			if got != tc.want {
+				t.Errorf("Select = %+v, want %+v", got, tc.want)
+			}
+			if tc.prev != "" {
+				if why := Explain(tc.prev, tc.group, tc.nodes, got); why != tc.reason {
+					t.Errorf("Explain = %q, want %q", why, tc.reason)
+				}
+			}
+		})
+	}
+}
+
+// TestOrderDoesNotMatter shuffles the nodes: the decision must not change.
+func TestOrderDoesNotMatter(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	names := make([]string, 50)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%02d", i)
+	}
+	for i := range 200 {
+		g := Group{FirstIP: fmt.Sprintf("198.51.100.%d", i), Endpoints: map[string]int{}}
+		for range 5 {
+			g.Endpoints[names[rnd.IntN(len(names))]] = rnd.IntN(3)
+		}
+		nodes := healthy(names...)
+		want := Select(g, nodes)
+		for range 5 {
+			rnd.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+			if got := Select(g, nodes); got != want {
+				t.Fatalf("group %d: %+v after a shuffle, %+v before", i, got, want)
+			}
+		}
+	}
+}
+
+// TestSpread checks how evenly 1,000 Services spread over 50 equal nodes, and that nodes
+// coming and going move only the Services they must.
+func TestSpread(t *testing.T) {
+	const services, nodeCount = 1000, 50
+	names := make([]string, nodeCount)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%02d", i)
+	}
+	groups := make([]Group, services)
+	for i := range groups {
+		groups[i] = Group{FirstIP: fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
+	}
+	assign := func(nodes []Node) []string {
+		out := make([]string, len(groups))
+		for i, g := range groups {
+			out[i] = Select(g, nodes).Node
+		}
+		return out
+	}
+	all := assign(healthy(names...))
+	perNode := map[string]int{}
+	for _, n := range all {
+		perNode[n]++
+	}
+	busiest := 0
+	for _, c := range perNode {
+		busiest = max(busiest, c)
+	}
+	mean := float64(services) / nodeCount
+	t.Logf("busiest node owns %d Services, %.2f× the mean of %.0f", busiest, float64(busiest)/mean, mean)
+	if float64(busiest) > 2*mean {
+		t.Errorf("busiest node owns %d, more than 2× the mean %.0f", busiest, mean)
+	}
+
+	// Removing a node moves only what it owned.
+	without := assign(healthy(names[1:]...))
+	for i := range groups {
+		if all[i] != names[0] && without[i] != all[i] {
+			t.Errorf("service %d moved from %s to %s when %s left", i, all[i], without[i], names[0])
+		}
+	}
+	// Adding a node moves at most 2× its fair share, all of it to the new node.
+	with := assign(healthy(append(slices.Clone(names), "node-new")...))
+	moved := 0
+	for i := range groups {
+		if with[i] != all[i] {
+			moved++
+			if with[i] != "node-new" {
+				t.Errorf("service %d moved from %s to %s, not to the new node", i, all[i], with[i])
+			}
+		}
+	}
+	ideal := float64(services) / (nodeCount + 1)
+	t.Logf("adding a node moved %d Services; the ideal share is %.1f", moved, ideal)
+	if float64(moved) > 2*ideal {
+		t.Errorf("adding a node moved %d Services, more than 2× the ideal %.1f", moved, ideal)
+	}
+}
+
+func BenchmarkSelect(b *testing.B) {
+	names := make([]string, 50)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%02d", i)
+	}
+	nodes := healthy(names...)
+	g := Group{FirstIP: "198.51.100.7", Endpoints: map[string]int{"node-01": 1, "node-07": 1, "node-33": 1}}
+	for b.Loop() {
+		Select(g, nodes)
+	}
+}

@@ -1,0 +1,137 @@
+package ccm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+)
+
+// setEndpoints replaces the Service's one EndpointSlice with ready endpoints on nodes.
+func (e *env) setEndpoints(t testing.TB, ns, svc string, nodes ...string) {
+	t.Helper()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   svc + "-slice",
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for i, n := range nodes {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.244.0.%d", i+1)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			NodeName:   ptr.To(n),
+		})
+	}
+	client := e.admin.DiscoveryV1().EndpointSlices(ns)
+	ctx := context.Background()
+	if old, err := client.Get(ctx, slice.Name, metav1.GetOptions{}); err == nil {
+		slice.ResourceVersion = old.ResourceVersion
+		_, err = client.Update(ctx, slice, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, err := client.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAnnouncer waits until the Service's announcer annotation is want ("" for none).
+func (e *env) waitAnnouncer(t testing.TB, ns, name, want string) {
+	t.Helper()
+	eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+		svc, err := e.admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got, ok := svc.Annotations[annotation.Announcer]
+		return got == want && ok == (want != ""), fmt.Sprintf("%s/%s announcer %q (set: %v), want %q", ns, name, got, ok, want)
+	})
+}
+
+func (e *env) labelNode(t testing.TB, node, key string, value *string) {
+	t.Helper()
+	v := "null"
+	if value != nil {
+		v = fmt.Sprintf("%q", *value)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, key, v)
+	if _, err := e.admin.CoreV1().Nodes().Patch(context.Background(), node, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAnnouncer checks that the ccm publishes the announcing node of every Service as the
+// endpoints, nodes and annotations change.
+func TestAnnouncer(t *testing.T) {
+	e := setup(t)
+	e.startCCM(t)
+
+	t.Run("cluster follows endpoints", func(t *testing.T) {
+		ns := e.namespace(t)
+		e.create(t, ns, lbService("web"))
+		e.waitIngress(t, ns, "web", 1)
+		e.setEndpoints(t, ns, "web", "node-b")
+		e.waitAnnouncer(t, ns, "web", "node-b")
+		e.setEndpoints(t, ns, "web", "node-a", "node-a", "node-b")
+		e.waitAnnouncer(t, ns, "web", "node-a")
+		e.waitEvent(t, ns, "web", "AnnouncerChanged", `changed from "node-b" to "node-a": node-a has more ready endpoints (2) than node-b (1)`)
+	})
+
+	t.Run("local needs a local endpoint", func(t *testing.T) {
+		ns := e.namespace(t)
+		local := lbService("local")
+		local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		e.create(t, ns, local)
+		e.waitIngress(t, ns, "local", 1)
+		e.waitEvent(t, ns, "local", "NoAnnouncer", "externalTrafficPolicy is Local and no eligible node has a ready endpoint")
+		e.waitAnnouncer(t, ns, "local", "")
+		e.setEndpoints(t, ns, "local", "node-a")
+		e.waitAnnouncer(t, ns, "local", "node-a")
+		e.setEndpoints(t, ns, "local")
+		e.waitAnnouncer(t, ns, "local", "")
+	})
+
+	t.Run("preferred nodes", func(t *testing.T) {
+		ns := e.namespace(t)
+		e.create(t, ns, lbService("pref", withAnnotation(annotation.PreferredNodes, "node-x, node-b")))
+		e.waitIngress(t, ns, "pref", 1)
+		e.waitAnnouncer(t, ns, "pref", "node-b")
+	})
+
+	t.Run("exclusion label", func(t *testing.T) {
+		ns := e.namespace(t)
+		e.create(t, ns, lbService("excl", withAnnotation(annotation.PreferredNodes, "node-a")))
+		e.waitIngress(t, ns, "excl", 1)
+		e.waitAnnouncer(t, ns, "excl", "node-a")
+		e.labelNode(t, "node-a", owner.ExcludeLabel, ptr.To(""))
+		t.Cleanup(func() { e.labelNode(t, "node-a", owner.ExcludeLabel, nil) })
+		e.waitAnnouncer(t, ns, "excl", "node-b")
+		e.waitEvent(t, ns, "excl", "AnnouncerChanged", "node-a is excluded by the label "+owner.ExcludeLabel)
+	})
+
+	t.Run("shared address has one announcer", func(t *testing.T) {
+		ns := e.namespace(t)
+		shared := withAnnotation(annotation.AllowSharedIP, "announcer-"+ns)
+		e.create(t, ns, lbService("one", shared, withPort(corev1.ProtocolTCP, 80)))
+		e.create(t, ns, lbService("two", shared, withPort(corev1.ProtocolTCP, 443)))
+		e.waitIngress(t, ns, "one", 1)
+		e.waitIngress(t, ns, "two", 1)
+		// Endpoints of both count together: two on node-b against one on node-a.
+		e.setEndpoints(t, ns, "one", "node-a", "node-b")
+		e.setEndpoints(t, ns, "two", "node-b")
+		e.waitAnnouncer(t, ns, "one", "node-b")
+		e.waitAnnouncer(t, ns, "two", "node-b")
+	})
+}
