@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +63,7 @@ func TestStartAndStop(t *testing.T) {
 	stopped = true
 	t.Logf("stopped in %s", time.Since(begin).Round(time.Millisecond))
 	for _, pid := range pids {
-		if processAlive(pid) {
+		if process.Alive(pid) {
 			t.Errorf("process %d still runs after Stop", pid)
 		}
 	}
@@ -197,7 +196,7 @@ func TestChildrenDieWithTestBinary(t *testing.T) {
 	defer os.RemoveAll(dir) // the helper dies before it can
 
 	for _, pid := range []int{etcdPID, apiserverPID} {
-		if !processAlive(pid) {
+		if !process.Alive(pid) {
 			t.Fatalf("process %d is not running before the helper is killed", pid)
 		}
 	}
@@ -207,7 +206,7 @@ func TestChildrenDieWithTestBinary(t *testing.T) {
 
 	deadline = time.Now().Add(10 * time.Second)
 	for _, pid := range []int{etcdPID, apiserverPID} {
-		for processAlive(pid) {
+		for process.Alive(pid) {
 			if time.Now().After(deadline) {
 				t.Fatalf("process %d still runs 10s after the test binary that started it was killed", pid)
 			}
@@ -231,19 +230,6 @@ func TestHelperControlPlane(t *testing.T) {
 	}
 	fmt.Printf("PIDS %d %d %s\n", cp.etcd.Pid(), cp.apiserver.Pid(), cp.dir.path)
 	select {}
-}
-
-// processAlive reports whether pid is a process that has not exited: one that is gone
-// or a zombie waiting for its parent to reap it counts as dead.
-func processAlive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses and may contain any.
-	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-	fields := strings.Fields(rest)
-	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }
 
 func lineWithPrefix(s, prefix string) string {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -222,4 +223,18 @@ func (b *logBuffer) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Alive reports whether pid is a process that has not exited. One that is gone, or a
+// zombie waiting for its parent to reap it, counts as dead: tests use it to check that
+// nothing they started outlives them.
+func Alive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may contain any.
+	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+	fields := strings.Fields(rest)
+	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }

@@ -107,7 +107,7 @@ while :; do sleep 0.05; done`)
 			t.Errorf("Logs() lacks %q:\n%s", want, p.Logs())
 		}
 	}
-	if processAlive(p.Pid()) {
+	if Alive(p.Pid()) {
 		t.Errorf("process %d still runs after Stop", p.Pid())
 	}
 	if err := p.Stop(time.Second); err == nil || !strings.Contains(err.Error(), "had exited before it was stopped") {
@@ -148,7 +148,7 @@ wait`)
 	default:
 		t.Fatal("Exited not closed after Kill returned")
 	}
-	if processAlive(p.Pid()) {
+	if Alive(p.Pid()) {
 		t.Errorf("process %d still runs after Kill", p.Pid())
 	}
 	waitForDeath(t, grandchild)
@@ -303,7 +303,7 @@ func TestChildDiesWithTestBinary(t *testing.T) {
 		}
 	}()
 	child := readyPID(t, helper)
-	if !processAlive(child) {
+	if !Alive(child) {
 		t.Fatalf("process %d is not running before the helper is killed", child)
 	}
 	if err := helper.Kill(); err != nil {
@@ -332,23 +332,10 @@ func TestHelperProcess(t *testing.T) {
 func waitForDeath(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for processAlive(pid) {
+	for Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d still runs 10s after it should have died", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// processAlive reports whether pid is a process that has not exited: one that is gone
-// or a zombie waiting for its parent to reap it counts as dead.
-func processAlive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses and may contain any.
-	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-	fields := strings.Fields(rest)
-	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }
