@@ -61,6 +61,13 @@ type announcerController struct {
 
 	mu      sync.Mutex
 	lastWhy map[string]owner.Reason // the last decision's reason per group, to warn once
+	owned   map[string]ownership    // the last decision per group, for the gauges
+}
+
+// ownership is a group's announcer ("" for none) and how many Services it holds.
+type ownership struct {
+	node     string
+	services int
 }
 
 func newAnnouncerController(cfg *config.Config, factory informers.SharedInformerFactory) *announcerController {
@@ -77,6 +84,7 @@ func newAnnouncerController(cfg *config.Config, factory informers.SharedInformer
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-announcer"}),
 		lastWhy: map[string]owner.Reason{},
+		owned:   map[string]ownership{},
 	}
 	c.health = nodeConditionHealth{nodes: c.nodes}
 	utilruntime.Must(services.Informer().AddIndexers(cache.Indexers{sharingKeyIndex: func(obj any) ([]string, error) {
@@ -265,6 +273,7 @@ func (c *announcerController) sync(ctx context.Context, key string) error {
 	}
 	d := owner.Select(group, nodes)
 	warn := c.remember(key, d.Reason)
+	c.account(key, ownership{node: d.Node, services: len(active)})
 	for _, svc := range active {
 		prev := svc.Annotations[annotation.Announcer]
 		if prev == d.Node {
@@ -299,9 +308,38 @@ func (c *announcerController) remember(key string, r owner.Reason) bool {
 }
 
 func (c *announcerController) forget(key string) {
+	c.account(key, ownership{})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.lastWhy, key)
+}
+
+// account moves a group's Services in the gauges from its last decision to now.
+func (c *announcerController) account(key string, now ownership) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	was := c.owned[key]
+	if was == now {
+		return
+	}
+	for _, o := range []struct {
+		ownership
+		sign float64
+	}{{was, -1}, {now, 1}} {
+		if o.services == 0 {
+			continue
+		}
+		if o.node == "" {
+			servicesWithoutAnnouncer.Add(o.sign * float64(o.services))
+		} else {
+			servicesPerAnnouncer.WithLabelValues(o.node).Add(o.sign * float64(o.services))
+		}
+	}
+	if now.services == 0 {
+		delete(c.owned, key)
+	} else {
+		c.owned[key] = now
+	}
 }
 
 // group gathers the rule's view of the Services sharing an address.

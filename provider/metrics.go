@@ -56,12 +56,25 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 
+	servicesPerAnnouncer = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem:      subsystem,
+		Name:           "announced_services",
+		Help:           "Services whose addresses each node announces.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"node"})
+	servicesWithoutAnnouncer = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      subsystem,
+		Name:           "services_without_announcer",
+		Help:           "Services with addresses that no node may announce.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(poolSize, poolUsed, allocations, releases, allocationRefusals, restoredServices, announcerChanges)
+		legacyregistry.MustRegister(poolSize, poolUsed, allocations, releases, allocationRefusals, restoredServices, announcerChanges, servicesPerAnnouncer, servicesWithoutAnnouncer)
 	})
 }
 

@@ -3,6 +3,7 @@ package ccm
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,7 +77,7 @@ func (e *env) labelNode(t testing.TB, node, key string, value *string) {
 // endpoints, nodes and annotations change.
 func TestAnnouncer(t *testing.T) {
 	e := setup(t)
-	e.startCCM(t)
+	_, serving := e.startServingCCM(t)
 
 	t.Run("cluster follows endpoints", func(t *testing.T) {
 		ns := e.namespace(t)
@@ -133,5 +134,19 @@ func TestAnnouncer(t *testing.T) {
 		e.setEndpoints(t, ns, "two", "node-b")
 		e.waitAnnouncer(t, ns, "one", "node-b")
 		e.waitAnnouncer(t, ns, "two", "node-b")
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		metrics := e.scrape(t, serving)
+		for _, want := range []string{
+			`baremetal_ccm_announced_services{node="node-b"}`,
+			"baremetal_ccm_services_without_announcer 1", // the Local Service without endpoints
+			`baremetal_ccm_announcer_changes_total{reason="ReadyEndpoints"}`,
+			`baremetal_ccm_announcer_changes_total{reason="NoLocalEndpoints"}`,
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
 	})
 }
