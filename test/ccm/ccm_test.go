@@ -290,10 +290,15 @@ func (e *env) scrape(t testing.TB, hostPort string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Get(cfg.Host + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The port opens a moment after the process starts.
+	var resp *http.Response
+	eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		resp, err = client.Get(cfg.Host + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
