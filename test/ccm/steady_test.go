@@ -1,0 +1,134 @@
+package ccm
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+)
+
+// apiWrites reads the API server's own apiserver_request_total and returns the write
+// requests (anything but get, list and watch) it has served, per resource.
+func (e *env) apiWrites(b *testing.B) map[string]float64 {
+	body, err := e.admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		verb := label(line, "verb")
+		switch verb {
+		case "GET", "LIST", "WATCH", "CONNECT":
+			continue
+		}
+		resource := label(line, "resource")
+		if sub := label(line, "subresource"); sub != "" {
+			resource += "/" + sub
+		}
+		v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		out[resource] += v
+	}
+	return out
+}
+
+func label(line, name string) string {
+	_, rest, ok := strings.Cut(line, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
+}
+
+func diff(after, before map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// BenchmarkSteadyState holds 1,000 Services with announcers and nothing changing for a
+// minute, and reports the write requests the API server served meanwhile (Lease renewals
+// apart: leader election and the API server's own identity Lease). Then it moves the
+// endpoints of 100 Services to another node and reports the writes per announcer change.
+// Run it with -benchtime=1x.
+func BenchmarkSteadyState(b *testing.B) {
+	const services, moved = 1000, 100
+	e := setup(b)
+	for b.Loop() {
+		b.StopTimer()
+		ns := e.namespace(b)
+		e.startCCM(b, benchFlags...)
+		for i := range services {
+			e.create(b, ns, lbService(fmt.Sprintf("svc-%04d", i), withAnnotation(annotation.Pool, "bench")))
+		}
+		for i := range moved {
+			e.setEndpoints(b, ns, fmt.Sprintf("svc-%04d", i), "node-a")
+		}
+		eventually(b, 3*time.Minute, func(ctx context.Context) (bool, string) {
+			list, err := e.admin.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			n := 0
+			for i, svc := range list.Items {
+				want := ""
+				if i < moved {
+					want = "node-a"
+				}
+				if a := svc.Annotations[annotation.Announcer]; a != "" && (want == "" || a == want) {
+					n++
+				}
+			}
+			return n == services, fmt.Sprintf("%d of %d Services announced", n, services)
+		})
+		time.Sleep(5 * time.Second) // let events and retries settle
+		before := e.apiWrites(b)
+		b.StartTimer()
+		time.Sleep(time.Minute)
+		b.StopTimer()
+		steady := diff(e.apiWrites(b), before)
+		leases := steady["leases"]
+		delete(steady, "leases")
+		total := 0.0
+		for _, v := range steady {
+			total += v
+		}
+		if total > 0 {
+			b.Logf("writes in steady state: %v", steady)
+		}
+		b.ReportMetric(total, "writes/min")
+		b.ReportMetric(leases, "lease-writes/min")
+
+		// Move 100 Services' endpoints: each announcer changes once.
+		before = e.apiWrites(b)
+		for i := range moved {
+			e.setEndpoints(b, ns, fmt.Sprintf("svc-%04d", i), "node-b")
+		}
+		for i := range moved {
+			e.waitAnnouncer(b, ns, fmt.Sprintf("svc-%04d", i), "node-b")
+		}
+		time.Sleep(5 * time.Second)
+		change := diff(e.apiWrites(b), before)
+		b.Logf("writes for %d announcer changes: %v", moved, change)
+		b.ReportMetric(change["services"]/moved, "service-writes/change")
+		b.ReportMetric(change["events"]/moved, "event-writes/change")
+		b.StartTimer()
+	}
+}
