@@ -177,4 +177,3 @@ func whyNone(g Group, nodes []Node) string {
 	}
 	return strings.Join(why, ", ")
 }
-
