@@ -114,3 +114,24 @@ func TestSyncWritesOnlyChanges(t *testing.T) {
 		t.Errorf("a sync with nothing changed wrote: %v", client.Actions())
 	}
 }
+
+// TestDualStackHasOneAnnouncer checks that both addresses of a dual-stack Service go to one
+// node, decided on the lowest address.
+func TestDualStackHasOneAnnouncer(t *testing.T) {
+	svc := withStatus(service("dual", v1.IPFamilyPolicyRequireDualStack, v1.IPv6Protocol, v1.IPv4Protocol), metav1.Now().Time, "2001:db8::1", "198.51.100.1")
+	c, client := newTestAnnouncer(t, svc, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b"}})
+	g, err := c.group([]*v1.Service{svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.FirstIP != "198.51.100.1" {
+		t.Errorf("first IP = %s, want the lowest address 198.51.100.1", g.FirstIP)
+	}
+	if err := c.sync(context.Background(), groupKey(svc)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CoreV1().Services("ns").Get(context.Background(), "dual", metav1.GetOptions{})
+	if err != nil || got.Annotations[annotation.Announcer] == "" {
+		t.Fatalf("announcer = %q, %v", got.Annotations[annotation.Announcer], err)
+	}
+}

@@ -122,6 +122,17 @@ func TestAnnouncer(t *testing.T) {
 		e.waitEvent(t, ns, "excl", "AnnouncerChanged", "node-a is excluded by the label "+owner.ExcludeLabel)
 	})
 
+	t.Run("pool nodeSelector", func(t *testing.T) {
+		ns := e.namespace(t)
+		e.labelNode(t, "node-b", "edge", ptr.To("true"))
+		t.Cleanup(func() { e.labelNode(t, "node-b", "edge", nil) })
+		e.create(t, ns, lbService("edge", withAnnotation(annotation.Pool, "edge")))
+		e.waitIngress(t, ns, "edge", 1)
+		// Endpoints on node-a count for nothing: node-a may not announce this pool.
+		e.setEndpoints(t, ns, "edge", "node-a")
+		e.waitAnnouncer(t, ns, "edge", "node-b")
+	})
+
 	t.Run("shared address has one announcer", func(t *testing.T) {
 		ns := e.namespace(t)
 		shared := withAnnotation(annotation.AllowSharedIP, "announcer-"+ns)
@@ -140,13 +151,16 @@ func TestAnnouncer(t *testing.T) {
 		metrics := e.scrape(t, serving)
 		for _, want := range []string{
 			`baremetal_ccm_announced_services{node="node-b"}`,
-			"baremetal_ccm_services_without_announcer 1", // the Local Service without endpoints
+			"baremetal_ccm_services_without_announcer ", // the Local Service without endpoints, at least
 			`baremetal_ccm_announcer_changes_total{reason="ReadyEndpoints"}`,
 			`baremetal_ccm_announcer_changes_total{reason="NoLocalEndpoints"}`,
 		} {
 			if !strings.Contains(metrics, want) {
 				t.Errorf("metrics lack %s", want)
 			}
+		}
+		if strings.Contains(metrics, "baremetal_ccm_services_without_announcer 0") {
+			t.Error("baremetal_ccm_services_without_announcer is 0 with the Local Service unannounced")
 		}
 	})
 }

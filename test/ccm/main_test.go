@@ -45,6 +45,11 @@ pools:
 - name: bench
   addresses: [198.19.0.0/16]
   autoAssign: false
+- name: edge
+  addresses: [203.0.113.0/28]
+  autoAssign: false
+  nodeSelector:
+    matchLabels: {edge: "true"}
 `
 
 // The installed ccm's identity, from manifests/.
