@@ -107,9 +107,9 @@ func (lb *loadBalancer) ready() error {
 			lb.event(byKey[dup.Service], v1.EventTypeWarning, ReasonAddressConflict,
 				"Address %s is also in the status of %s, which had it first; this Service gets another address", dup.Addr, dup.Holder)
 		case errors.As(e, &notInPool):
-			for key, svc := range byKey {
+			for _, svc := range byKey {
 				if slices.Contains(ingressAddresses(svc), notInPool.Addr) {
-					lb.event(byKey[key], v1.EventTypeWarning, ReasonAddressNotInPool,
+					lb.event(svc, v1.EventTypeWarning, ReasonAddressNotInPool,
 						"Address %s is in no pool of the cloud-config any more; this Service gets another address", notInPool.Addr)
 				}
 			}
