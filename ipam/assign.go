@@ -129,7 +129,7 @@ func (a *Allocator) usable(req *Request, addr netip.Addr) error {
 // allocate takes the lowest free address of family f from the pool req names, or else from
 // the first auto-assign pool that admits the Service and has one.
 func (a *Allocator) allocate(req *Request, f Family) (netip.Addr, error) {
-	taken := func(addr netip.Addr) bool { _, ok := a.owners[addr]; return ok }
+	taken := func(addr netip.Addr) bool { _, ok := a.owners[keyOf(addr)]; return ok }
 	if req.Pool != "" {
 		p := a.byName[req.Pool]
 		switch {
@@ -212,10 +212,10 @@ func (a *Allocator) Release(service string) bool {
 
 // attach adds h to the holders of addr; taken says the span already counts addr as used.
 func (a *Allocator) attach(h *holder, addr netip.Addr, taken bool) {
-	if _, ok := a.owners[addr]; ok {
+	if _, ok := a.owners[keyOf(addr)]; ok {
 		a.sharers[addr] = append(a.sharers[addr], h)
 	} else {
-		a.owners[addr] = h
+		a.owners[keyOf(addr)] = h
 		if !taken {
 			a.spanOf(addr).take(addr)
 		}
@@ -228,9 +228,9 @@ func (a *Allocator) attach(h *holder, addr netip.Addr, taken bool) {
 // detach removes h from the holders of addr, and frees addr when h was the last.
 func (a *Allocator) detach(h *holder, addr netip.Addr) {
 	rest := a.sharers[addr]
-	if a.owners[addr] == h {
+	if a.owners[keyOf(addr)] == h {
 		if len(rest) == 0 {
-			delete(a.owners, addr)
+			delete(a.owners, keyOf(addr))
 			a.spanOf(addr).free(addr)
 			if h.share != nil {
 				k := groupKey{h.share.key, FamilyOf(addr)}
@@ -240,7 +240,7 @@ func (a *Allocator) detach(h *holder, addr netip.Addr) {
 			}
 			return
 		}
-		a.owners[addr], rest = rest[0], rest[1:]
+		a.owners[keyOf(addr)], rest = rest[0], rest[1:]
 	} else {
 		rest = slices.DeleteFunc(rest, func(o *holder) bool { return o == h })
 	}
@@ -253,8 +253,8 @@ func (a *Allocator) detach(h *holder, addr netip.Addr) {
 
 // swap puts h in old's place among the holders of addr.
 func (a *Allocator) swap(addr netip.Addr, old, h *holder) {
-	if a.owners[addr] == old {
-		a.owners[addr] = h
+	if a.owners[keyOf(addr)] == old {
+		a.owners[keyOf(addr)] = h
 	} else {
 		rest := a.sharers[addr]
 		rest[slices.Index(rest, old)] = h
@@ -274,7 +274,7 @@ func (a *Allocator) swap(addr netip.Addr, old, h *holder) {
 // holders yields every holder of addr.
 func (a *Allocator) holders(addr netip.Addr) func(yield func(*holder) bool) {
 	return func(yield func(*holder) bool) {
-		h, ok := a.owners[addr]
+		h, ok := a.owners[keyOf(addr)]
 		if !ok || !yield(h) {
 			return
 		}
@@ -375,7 +375,7 @@ func (a *Allocator) Restore(assignments []Assignment) error {
 			case errors.As(err, new(*NotInPoolError)):
 				errs = append(errs, fmt.Errorf("%s: %w", as.Service, err))
 			default:
-				errs = append(errs, &DuplicateError{Addr: addr, Service: as.Service, Holder: a.owners[addr].service, Reason: err})
+				errs = append(errs, &DuplicateError{Addr: addr, Service: as.Service, Holder: a.owners[keyOf(addr)].service, Reason: err})
 			}
 		}
 		if h.addrs != [2]netip.Addr{} {

@@ -97,7 +97,7 @@ type Allocator struct {
 	pools    []*pool          // in config order, which is the auto-assign order
 	byName   map[string]*pool //
 	index    []*span          // every span, sorted by first address, to find an address's pool
-	owners   map[netip.Addr]*holder
+	owners   map[addrKey]*holder
 	sharers  map[netip.Addr][]*holder // holders of a shared address besides its owner
 	services map[string]*holder
 	groups   map[groupKey]netip.Addr // the address each sharing key uses, per family
@@ -121,6 +121,13 @@ type sharing struct {
 	key   string
 	ports []Port
 }
+
+// addrKey is an address as a map key: 16 bytes where netip.Addr takes 24, and the map of
+// taken addresses holds one per address handed out. IPv4 addresses are stored mapped,
+// which cannot collide: the allocator never holds an IPv4-mapped IPv6 address.
+type addrKey [16]byte
+
+func keyOf(a netip.Addr) addrKey { return a.As16() }
 
 type groupKey struct {
 	key    string
@@ -157,7 +164,7 @@ func (a *Allocator) reset() {
 		a.byName[cfg.Name] = p
 	}
 	slices.SortFunc(a.index, func(x, y *span) int { return x.ranges[0].First.Compare(y.ranges[0].First) })
-	a.owners = make(map[netip.Addr]*holder)
+	a.owners = make(map[addrKey]*holder)
 	a.sharers = make(map[netip.Addr][]*holder)
 	a.services = make(map[string]*holder)
 	a.groups = make(map[groupKey]netip.Addr)
