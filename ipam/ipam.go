@@ -94,9 +94,9 @@ type Allocator struct {
 	cfg []config.Pool
 
 	mu       sync.Mutex
-	pools    []*pool          // in config order, which is the auto-assign order
-	byName   map[string]*pool //
-	index    []*span          // every span, sorted by first address, to find an address's pool
+	pools    []*pool // in config order, which is the auto-assign order
+	byName   map[string]*pool
+	index    []*span // every span, sorted by first address, to find an address's pool
 	owners   map[addrKey]*holder
 	sharers  map[netip.Addr][]*holder // holders of a shared address besides its owner
 	services map[string]*holder

@@ -1,10 +1,7 @@
 package ccm
 
 import (
-	"bufio"
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,17 +13,10 @@ import (
 // rest_client_requests_total metric.
 func writeRequests(metrics string) int {
 	n := 0
-	sc := bufio.NewScanner(strings.NewReader(metrics))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			continue
-		}
-		for _, m := range []string{`method="POST"`, `method="PUT"`, `method="PATCH"`, `method="DELETE"`} {
-			if strings.Contains(line, m) {
-				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-				n += int(v)
-			}
+	for labels, v := range samples(metrics, "rest_client_requests_total") {
+		switch label(labels, "method") {
+		case "POST", "PUT", "PATCH", "DELETE":
+			n += int(v)
 		}
 	}
 	return n

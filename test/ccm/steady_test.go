@@ -1,9 +1,9 @@
 package ccm
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,30 +22,45 @@ func (e *env) apiWrites(b *testing.B) map[string]float64 {
 		b.Fatal(err)
 	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		verb := label(line, "verb")
-		switch verb {
+	for labels, v := range samples(string(body), "apiserver_request_total") {
+		switch label(labels, "verb") {
 		case "GET", "LIST", "WATCH", "CONNECT":
 			continue
 		}
-		resource := label(line, "resource")
-		if sub := label(line, "subresource"); sub != "" {
+		resource := label(labels, "resource")
+		if sub := label(labels, "subresource"); sub != "" {
 			resource += "/" + sub
 		}
-		v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		out[resource] += v
 	}
 	return out
 }
 
-func label(line, name string) string {
-	_, rest, ok := strings.Cut(line, name+`="`)
+// samples yields the labels (as written, inside the braces) and the value of every
+// sample of the metric called name in a Prometheus text exposition.
+func samples(text, name string) iter.Seq2[string, float64] {
+	return func(yield func(string, float64) bool) {
+		for line := range strings.Lines(text) {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), name+"{")
+			if !ok {
+				continue
+			}
+			i := strings.LastIndexByte(rest, '}')
+			if i < 0 {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest[i+1:]), 64)
+			if err == nil && !yield(rest[:i], v) {
+				return
+			}
+		}
+	}
+}
+
+// label returns the value of one label from labels as samples yields them.
+func label(labels, name string) string {
+	// Anchored at a comma, so that "resource" does not match "subresource".
+	_, rest, ok := strings.Cut(","+labels, ","+name+`="`)
 	if !ok {
 		return ""
 	}
@@ -140,5 +155,23 @@ func BenchmarkSteadyState(b *testing.B) {
 		b.ReportMetric(change["services"]/moved, "service-writes/change")
 		b.ReportMetric(change["events"]/moved, "event-writes/change")
 		b.StartTimer()
+	}
+}
+
+func TestSamples(t *testing.T) {
+	text := `# HELP apiserver_request_total Counter
+apiserver_request_total{code="201",resource="services",subresource="",verb="POST"} 7
+apiserver_request_total{code="200",resource="services",subresource="status",verb="PATCH"} 2
+apiserver_request_total{code="200",resource="services",subresource="",verb="LIST"} 40
+apiserver_request_total_other{verb="POST"} 9
+`
+	got := map[string]float64{}
+	for labels, v := range samples(text, "apiserver_request_total") {
+		if label(labels, "verb") != "LIST" {
+			got[label(labels, "resource")+"/"+label(labels, "subresource")] += v
+		}
+	}
+	if len(got) != 2 || got["services/"] != 7 || got["services/status"] != 2 {
+		t.Errorf("samples = %v, want map[services/:7 services/status:2]", got)
 	}
 }
