@@ -77,7 +77,10 @@ func newCloud(name, configFile string) (cloudprovider.Interface, error) {
 // controllers returns the service controller alone: nodes and routes are not a bare-metal
 // provider's business.
 func controllers() map[string]app.ControllerInitFuncConstructor {
-	service := app.DefaultInitFuncConstructors[names.ServiceLBController]
-	service.InitContext.ClientName = "baremetal-service-controller"
-	return map[string]app.ControllerInitFuncConstructor{names.ServiceLBController: service}
+	return map[string]app.ControllerInitFuncConstructor{
+		names.ServiceLBController: {
+			InitContext: app.ControllerInitContext{ClientName: "baremetal-service-controller"},
+			Constructor: startServiceController,
+		},
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -83,11 +84,21 @@ func TestAnnouncer(t *testing.T) {
 		ns := e.namespace(t)
 		e.create(t, ns, lbService("web"))
 		e.waitIngress(t, ns, "web", 1)
+		// The upstream controller ensures a new Service twice (before and after its
+		// finalizer is on); let that settle before counting.
+		time.Sleep(time.Second)
+		ensured := e.countEvents(t, ns, "web", "EnsuredLoadBalancer")
 		e.setEndpoints(t, ns, "web", "node-b")
 		e.waitAnnouncer(t, ns, "web", "node-b")
 		e.setEndpoints(t, ns, "web", "node-a", "node-a", "node-b")
 		e.waitAnnouncer(t, ns, "web", "node-a")
 		e.waitEvent(t, ns, "web", "AnnouncerChanged", `changed from "node-b" to "node-a": node-a has more ready endpoints (2) than node-b (1)`)
+		// An announcer change is ours alone: the upstream service controller must not
+		// take the annotation for a change of the load balancer and ensure it again.
+		time.Sleep(time.Second)
+		if n := e.countEvents(t, ns, "web", "EnsuredLoadBalancer"); n != ensured {
+			t.Errorf("%d EnsuredLoadBalancer events after two announcer changes, want %d as before them", n, ensured)
+		}
 	})
 
 	t.Run("local needs a local endpoint", func(t *testing.T) {

@@ -237,3 +237,20 @@ func (e *env) findEvent(ctx context.Context, ns, name, reason, text string) stri
 	}
 	return ""
 }
+
+// countEvents returns how many times the events of one reason were recorded for a Service,
+// counting the repeats the recorder folds into one Event object.
+func (e *env) countEvents(t testing.TB, ns, name, reason string) int {
+	t.Helper()
+	list, err := e.admin.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range list.Items {
+		n += int(max(ev.Count, 1))
+	}
+	return n
+}
