@@ -1,0 +1,109 @@
+package desired
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+)
+
+const cloudConfig = `
+pools:
+  - name: v4
+    addresses: [198.18.0.64/26]
+  - name: v6
+    addresses: ["fd00:198:18::100-fd00:198:18::1ff"]
+`
+
+func service(name, announcer string, ips ...string) *v1.Service {
+	svc := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer},
+	}
+	if announcer != "" {
+		svc.Annotations = map[string]string{annotation.Announcer: announcer}
+	}
+	for _, ip := range ips {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ip})
+	}
+	return svc
+}
+
+func TestCompute(t *testing.T) {
+	cfg, err := config.Parse("cloud-config", []byte(cloudConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodePort := service("nodeport", "node-a", "198.18.0.70")
+	nodePort.Spec.Type = v1.ServiceTypeNodePort
+	classed := service("classed", "node-a", "198.18.0.71")
+	classed.Spec.LoadBalancerClass = ptr.To("example.com/other")
+	hostname := service("hostname", "node-a")
+	hostname.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{Hostname: "lb.example.com"}}
+
+	services := []*v1.Service{
+		service("dual", "node-a", "198.18.0.65", "fd00:198:18::100"),
+		service("shared-1", "node-a", "198.18.0.66"),
+		service("shared-2", "node-a", "198.18.0.66"),
+		service("elsewhere", "node-b", "198.18.0.67"),
+		service("nobody", "", "198.18.0.68"),
+		service("pending", "node-a"),
+		service("outside", "node-a", "192.0.2.1", "198.18.0.69"),
+		service("garbage", "node-a", "198.18.0.300"),
+		service("mapped", "node-a", "::ffff:198.18.0.72"),
+		nodePort, classed, hostname,
+	}
+	wantAddrs := []Address{
+		{Addr: netip.MustParseAddr("198.18.0.65"), Pool: &cfg.Pools[0], Services: []string{"ns/dual"}},
+		{Addr: netip.MustParseAddr("198.18.0.66"), Pool: &cfg.Pools[0], Services: []string{"ns/shared-1", "ns/shared-2"}},
+		{Addr: netip.MustParseAddr("198.18.0.69"), Pool: &cfg.Pools[0], Services: []string{"ns/outside"}},
+		{Addr: netip.MustParseAddr("198.18.0.72"), Pool: &cfg.Pools[0], Services: []string{"ns/mapped"}},
+		{Addr: netip.MustParseAddr("fd00:198:18::100"), Pool: &cfg.Pools[1], Services: []string{"ns/dual"}},
+	}
+	wantRefused := []Refusal{
+		{Service: "ns/classed", Reason: OtherClass},
+		{Service: "ns/garbage", Address: "198.18.0.300", Reason: NotAnAddress},
+		{Service: "ns/hostname", Address: "lb.example.com", Reason: NotAnAddress},
+		{Service: "ns/nodeport", Reason: NotLoadBalancer},
+		{Service: "ns/outside", Address: "192.0.2.1", Reason: NotInPool},
+	}
+	// The input order must not matter.
+	for range 20 {
+		rand.Shuffle(len(services), func(i, j int) { services[i], services[j] = services[j], services[i] })
+		addrs, refused := Compute("node-a", services, cfg)
+		if !reflect.DeepEqual(addrs, wantAddrs) {
+			t.Fatalf("addresses:\n got %+v\nwant %+v", addrs, wantAddrs)
+		}
+		if !reflect.DeepEqual(refused, wantRefused) {
+			t.Fatalf("refused:\n got %+v\nwant %+v", refused, wantRefused)
+		}
+	}
+
+	if addrs, refused := Compute("node-c", services, cfg); len(addrs) != 0 || len(refused) != 0 {
+		t.Errorf("node-c is named by nobody, got %v and %v", addrs, refused)
+	}
+	// An empty node name must never match a Service without an announcer.
+	if addrs, _ := Compute("", services, cfg); len(addrs) != 0 {
+		t.Errorf("empty node name got %v", addrs)
+	}
+}
+
+func TestRefusalString(t *testing.T) {
+	for r, want := range map[Refusal]string{
+		{Service: "ns/a", Address: "192.0.2.1", Reason: NotInPool}: "192.0.2.1 of ns/a is outside every pool of the cloud-config",
+		{Service: "ns/a", Address: "x", Reason: NotAnAddress}:      "x of ns/a is not an IP address",
+		{Service: "ns/a", Reason: NotLoadBalancer}:                 "ns/a is not of type LoadBalancer",
+		{Service: "ns/a", Reason: OtherClass}:                      "ns/a has a loadBalancerClass: another load balancer owns it",
+	} {
+		if got := r.String(); got != want {
+			t.Errorf("%#v.String() = %q, want %q", r, got, want)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package l2
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
+	"golang.org/x/net/bpf"
+)
+
+const (
+	ipv6HeaderLen  = 40
+	protocolICMPv6 = 58
+	typeNS         = 135
+)
+
+var allNodes = netip.MustParseAddr("ff02::1")
+
+// NDPReply returns the neighbour advertisement answering a neighbour solicitation frame,
+// when it asks for an address owns reports, on an interface whose hardware address is mac
+// and whose link-local address is src. It answers solicitations sent to mac (unicast, as a
+// client refreshing its entry sends them) and to the solicited-node multicast group of the
+// target, and no others: a packet socket also sees frames flooded to other hosts.
+func NDPReply(frame []byte, mac net.HardwareAddr, src netip.Addr, owns func(netip.Addr) bool) ([]byte, bool) {
+	var f ethernet.Frame
+	if f.UnmarshalBinary(frame) != nil || f.EtherType != ethernet.EtherTypeIPv6 {
+		return nil, false
+	}
+	p := f.Payload
+	if len(p) < ipv6HeaderLen || p[0]>>4 != 6 || p[6] != protocolICMPv6 || p[7] != ndp.HopLimit {
+		return nil, false
+	}
+	n := int(binary.BigEndian.Uint16(p[4:6]))
+	if len(p) < ipv6HeaderLen+n {
+		return nil, false
+	}
+	from := netip.AddrFrom16([16]byte(p[8:24]))
+	m, err := ndp.ParseMessage(p[ipv6HeaderLen : ipv6HeaderLen+n])
+	if err != nil {
+		return nil, false
+	}
+	ns, ok := m.(*ndp.NeighborSolicitation)
+	if !ok || !ns.TargetAddress.Is6() || ns.TargetAddress.Is4In6() {
+		return nil, false
+	}
+	if !bytes.Equal(f.Destination, mac) && !bytes.Equal(f.Destination, multicastMAC(solicitedNode(ns.TargetAddress))) {
+		return nil, false
+	}
+	if !owns(ns.TargetAddress) {
+		return nil, false
+	}
+	// A solicitation from the unspecified address is duplicate address detection: the
+	// answer goes to all nodes, and is not "solicited" (RFC 4861, 7.2.4).
+	to, toMAC, solicited := from, f.Source, true
+	if from.IsUnspecified() {
+		to, toMAC, solicited = allNodes, multicastMAC(allNodes), false
+	}
+	return naFrame(toMAC, mac, src, to, ns.TargetAddress, solicited), true
+}
+
+// UnsolicitedNA returns the unsolicited neighbour advertisement that announces addr at mac
+// to all nodes, from the link-local address src, with Override set so that clients replace
+// the entry they have.
+func UnsolicitedNA(mac net.HardwareAddr, src, addr netip.Addr) []byte {
+	return naFrame(multicastMAC(allNodes), mac, src, allNodes, addr, false)
+}
+
+func naFrame(dstMAC, srcMAC net.HardwareAddr, src, dst, target netip.Addr, solicited bool) []byte {
+	na := &ndp.NeighborAdvertisement{
+		Solicited:     solicited,
+		Override:      true,
+		TargetAddress: target,
+		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: srcMAC}},
+	}
+	icmp, err := ndp.MarshalMessageChecksum(na, src, dst)
+	if err != nil {
+		panic("l2: marshal neighbour advertisement for " + target.String() + ": " + err.Error())
+	}
+	ip := make([]byte, ipv6HeaderLen, ipv6HeaderLen+len(icmp))
+	ip[0] = 6 << 4
+	binary.BigEndian.PutUint16(ip[4:6], uint16(len(icmp)))
+	ip[6], ip[7] = protocolICMPv6, ndp.HopLimit
+	s, d := src.As16(), dst.As16()
+	copy(ip[8:24], s[:])
+	copy(ip[24:40], d[:])
+	f := ethernet.Frame{Destination: dstMAC, Source: srcMAC, EtherType: ethernet.EtherTypeIPv6, Payload: append(ip, icmp...)}
+	b, err := f.MarshalBinary()
+	if err != nil {
+		panic("l2: marshal Ethernet: " + err.Error())
+	}
+	return b
+}
+
+// solicitedNode returns the solicited-node multicast group of addr (RFC 4291, 2.7.1).
+func solicitedNode(addr netip.Addr) netip.Addr {
+	g, err := ndp.SolicitedNodeMulticast(addr)
+	if err != nil {
+		panic("l2: solicited-node group of " + addr.String() + ": " + err.Error())
+	}
+	return g
+}
+
+// multicastMAC returns the Ethernet address of an IPv6 multicast group (RFC 2464, 7).
+func multicastMAC(group netip.Addr) net.HardwareAddr {
+	a := group.As16()
+	return net.HardwareAddr{0x33, 0x33, a[12], a[13], a[14], a[15]}
+}
+
+// nsFilter keeps a packet socket to neighbour solicitations: IPv6, ICMPv6 right after the
+// fixed header (solicitations carry no extension headers), type 135. Every other frame
+// stays in the kernel instead of being copied to the agent.
+var nsFilter = func() []bpf.RawInstruction {
+	raw, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 12, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(ethernet.EtherTypeIPv6), SkipTrue: 4},
+		bpf.LoadAbsolute{Off: 14 + 6, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: protocolICMPv6, SkipTrue: 2},
+		bpf.LoadAbsolute{Off: 14 + ipv6HeaderLen, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: typeNS, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+		bpf.RetConstant{Val: 1 << 16},
+	})
+	if err != nil {
+		panic("l2: assemble the neighbour solicitation filter: " + err.Error())
+	}
+	return raw
+}()
