@@ -1,0 +1,136 @@
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// dialTimeout bounds how long a forwarder tries to reach its target.
+const dialTimeout = 10 * time.Second
+
+// Forward makes target, a TCP address that the root namespace reaches, such as a test
+// kube-apiserver on 127.0.0.1, reachable from the hosts of n, which cannot reach the root
+// namespace's loopback. It listens on a free port of the bridge's IPv4 address and, for
+// each connection, dials target from the root namespace and copies bytes both ways. It
+// returns the address the hosts should dial instead of target. The forwarder lives until
+// n is closed.
+func (n *Network) Forward(target string) (netip.AddrPort, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return netip.AddrPort{}, fmt.Errorf("forward to %s: network is closed", target)
+	}
+	ln, err := n.Bridge.Listen("tcp", netip.AddrPortFrom(n.Bridge.IPv4, 0).String())
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("forward to %s: %w", target, err)
+	}
+	f := &forwarder{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	n.forwarders = append(n.forwarders, f)
+	f.wg.Add(1)
+	go f.serve()
+	return netip.AddrPortFrom(n.Bridge.IPv4, uint16(ln.Addr().(*net.TCPAddr).Port)), nil
+}
+
+// A forwarder copies the connections accepted by ln to and from target.
+type forwarder struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup // serve and every connection's handle
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{} // open connections, both sides
+	closed bool
+}
+
+func (f *forwarder) serve() {
+	defer f.wg.Done()
+	for {
+		c, err := f.ln.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			// Such as running out of file descriptors: wait for some to be closed.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		f.wg.Add(1)
+		go f.handle(c)
+	}
+}
+
+// handle connects c to the target and copies both ways until both sides are done.
+func (f *forwarder) handle(c net.Conn) {
+	defer f.wg.Done()
+	if !f.track(c) {
+		return
+	}
+	defer f.untrack(c)
+	// This goroutine is not locked to a thread that Do switched, so the dial comes
+	// from the root namespace.
+	up, err := net.DialTimeout("tcp", f.target, dialTimeout)
+	if err != nil {
+		return
+	}
+	if !f.track(up) {
+		return
+	}
+	defer f.untrack(up)
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); pipe(up, c) }()
+	go func() { defer wg.Done(); pipe(c, up) }()
+	wg.Wait()
+}
+
+// pipe copies src to dst and then passes the end of the stream on. On an error it
+// closes both, so that the other direction ends too.
+func pipe(dst, src net.Conn) {
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		src.Close()
+		return
+	}
+	if tc, ok := dst.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+}
+
+// track records an open connection, or closes it and returns false once f is closed.
+func (f *forwarder) track(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		c.Close()
+		return false
+	}
+	f.conns[c] = struct{}{}
+	return true
+}
+
+// untrack closes a connection that track recorded.
+func (f *forwarder) untrack(c net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.conns, c)
+	c.Close()
+}
+
+// close stops accepting, closes every open connection and waits until all goroutines
+// of f are done.
+func (f *forwarder) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.ln.Close()
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
