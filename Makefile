@@ -16,8 +16,9 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/baremetal-ccm (version stamped from git)
+build: ## Build bin/baremetal-ccm and bin/baremetal-agent (version stamped from git)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/baremetal-ccm ./ccm
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/baremetal-agent ./agent
 
 .PHONY: tools
 tools: ## Build kube-apiserver and etcd for the integration tests into hack/tools/bin (first time ~8 min)
@@ -25,7 +26,7 @@ tools: ## Build kube-apiserver and etcd for the integration tests into hack/tool
 
 .PHONY: test
 test: tools build fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
-	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm $(GO) test -race -count=1 $(PKGS)
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -race -count=1 $(PKGS)
 
 .PHONY: vet
 vet: ## go vet

@@ -222,8 +222,12 @@ func (r *Responder) Stats() Stats {
 	return Stats{Requests: r.requests.Load(), Answered: r.answered.Load(), Gratuitous: r.gratuitous.Load()}
 }
 
-// Close stops answering and releases the sockets; Serve then returns.
+// Close stops answering and releases the sockets; Serve then returns, and Owns reports
+// false for every address.
 func (r *Responder) Close() error {
+	r.mu.Lock()
+	r.owned.Store(&map[netip.Addr]struct{}{})
+	r.mu.Unlock()
 	err := r.conn.Close()
 	if r.groups != nil {
 		err = errors.Join(err, r.groups.Close())

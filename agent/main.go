@@ -1,0 +1,236 @@
+// Command baremetal-agent makes its node answer ARP and NDP for the Service addresses the
+// ccm has given it (the lb.baremetal.io/announcer annotation), and answers the ccm's
+// health probes.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/cli"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/version"
+	"k8s.io/component-base/version/verflag"
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+type options struct {
+	nodeName       string
+	kubeconfig     string
+	cloudConfig    string
+	probeAddress   string
+	metricsAddress string
+	shutdownGrace  time.Duration
+	logs           *logsapi.LoggingConfiguration
+}
+
+func main() {
+	o := options{nodeName: os.Getenv("NODE_NAME"), metricsAddress: ":7475", shutdownGrace: 30 * time.Second, logs: logsapi.NewLoggingConfiguration()}
+	cmd := &cobra.Command{
+		Use:   "baremetal-agent",
+		Short: "Answer ARP and NDP for the Service addresses this node announces",
+		Long: `baremetal-agent runs on every node (a DaemonSet with host networking and CAP_NET_RAW).
+It answers ARP (IPv4) and NDP (IPv6) for the addresses of the Services whose
+lb.baremetal.io/announcer annotation names its node, announces them when it gains them,
+and answers the ccm's health probes.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			verflag.PrintAndExitIfRequested()
+			if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
+				return err
+			}
+			return run(cmd.Context(), o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.nodeName, "node-name", o.nodeName, "This node's name, as in its Node object. Defaults to $NODE_NAME (set it from spec.nodeName with the downward API).")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
+	fs.StringVar(&o.cloudConfig, "cloud-config", "", "Path to the cloud-config the ccm uses: its pools bound what this node may announce.")
+	fs.StringVar(&o.probeAddress, "probe-address", "", `UDP address of the health responder the ccm probes; ":<failover.agentPort of the cloud-config>" when empty.`)
+	fs.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "HTTP address serving /metrics, /healthz and /readyz.")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", o.shutdownGrace, "On SIGTERM, how long to keep answering, as draining, while Services still name this node.")
+	verflag.AddFlags(fs)
+	logsapi.AddFlags(o.logs, fs)
+	os.Exit(cli.Run(cmd))
+}
+
+func run(ctx context.Context, o options) error {
+	if o.nodeName == "" {
+		return errors.New("--node-name is empty and $NODE_NAME is not set: the agent must know its node")
+	}
+	if o.cloudConfig == "" {
+		return errors.New("--cloud-config is required: the pools bound what this node may announce")
+	}
+	cfg, err := config.Load(o.cloudConfig)
+	if err != nil {
+		return err
+	}
+	if o.probeAddress == "" {
+		o.probeAddress = ":" + strconv.Itoa(cfg.Failover.AgentPort)
+	}
+	restConfig, err := clientConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	restConfig.UserAgent = "baremetal-agent/" + version.Get().GitVersion
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	if err := checkNode(ctx, client, o.nodeName); err != nil {
+		return err
+	}
+	responder, err := probe.NewResponder(o.nodeName)
+	if err != nil {
+		return fmt.Errorf("--node-name: %w", err)
+	}
+	probeConn, err := net.ListenPacket("udp", o.probeAddress)
+	if err != nil {
+		return fmt.Errorf("--probe-address: %w", err)
+	}
+	defer probeConn.Close()
+	metricsListener, err := net.Listen("tcp", o.metricsAddress)
+	if err != nil {
+		return fmt.Errorf("--metrics-address: %w", err)
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartStructuredLogging(2)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "baremetal-agent", Host: o.nodeName})
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	var watcher *servicewatch.Watcher
+	sp := speaker.New(speaker.Options{Unplaced: func(a desired.Address) { watcher.Unplaced(a) }})
+	watcher, err = servicewatch.New(o.nodeName, cfg, factory, sp, recorder)
+	if err != nil {
+		return err
+	}
+	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), probe.NewCollector(responder))
+	legacyregistry.MustRegister(servicewatch.Metrics()...)
+
+	// The speaker outlives the signal: on SIGTERM the agent drains, answering as before.
+	runCtx, stopRunning := context.WithCancel(context.Background())
+	defer stopRunning()
+	go serveHTTP(metricsListener, watcher)
+	go func() {
+		if err := responder.Serve(probeConn); err != nil {
+			klog.ErrorS(err, "Health responder stopped")
+		}
+	}()
+	speakerDone := make(chan error, 1)
+	go func() { speakerDone <- sp.Run(runCtx) }()
+	factory.Start(runCtx.Done())
+	go watcher.Run(runCtx)
+	klog.InfoS("Agent started", "node", o.nodeName, "version", version.Get().GitVersion, "probeAddress", probeConn.LocalAddr(), "metricsAddress", metricsListener.Addr())
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
+	select {
+	case err := <-speakerDone:
+		return fmt.Errorf("speaker stopped: %w", err)
+	case <-ctx.Done():
+	case s := <-signals:
+		klog.InfoS("Draining: still answering while Services name this node", "signal", s, "node", o.nodeName, "services", watcher.Named(), "gracePeriod", o.shutdownGrace)
+		responder.SetState(probe.Draining)
+		drain(watcher, o.shutdownGrace, signals)
+	}
+	stopRunning()
+	<-speakerDone
+	klog.InfoS("Agent stopped", "node", o.nodeName)
+	return nil
+}
+
+// drain returns once no Service names this node, the grace period is over, or a second
+// signal arrives.
+func drain(watcher *servicewatch.Watcher, grace time.Duration, signals <-chan os.Signal) {
+	deadline := time.After(grace)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for watcher.Named() > 0 {
+		select {
+		case <-deadline:
+			klog.InfoS("Grace period over; stopping with Services still naming this node", "services", watcher.Named())
+			return
+		case <-signals:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func clientConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}
+
+// checkNode fails when the node does not exist: a wrong --node-name would otherwise leave
+// the agent silently announcing nothing. Any other error is only logged, so that an agent
+// can start while the API server is away.
+func checkNode(ctx context.Context, client kubernetes.Interface, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("--node-name %q: no such Node", node)
+	case err != nil:
+		klog.ErrorS(err, "Cannot check the Node; going on", "node", node)
+	}
+	return nil
+}
+
+func serveHTTP(l net.Listener, watcher *servicewatch.Watcher) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", legacyregistry.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !watcher.HasSynced() {
+			http.Error(w, "Service cache not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.ErrorS(err, "Metrics server stopped")
+	}
+}

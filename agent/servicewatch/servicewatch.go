@@ -1,0 +1,202 @@
+// Package servicewatch follows the Services that name this node as their announcer and
+// hands the addresses it should announce to the speaker.
+package servicewatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+)
+
+// ReasonNoInterface is the reason of the Warning event on a Service whose address this
+// node should announce but has no interface for.
+const ReasonNoInterface = "NoInterface"
+
+const byAnnouncer = "announcer"
+
+// The queue holds one key: every change leads to the same recomputation, and bursts of
+// changes collapse into one.
+const everything = "desired"
+
+// Applier takes the addresses the node announces: a speaker.Speaker.
+type Applier interface {
+	Apply([]desired.Address)
+}
+
+var refusedAddresses = metrics.NewGaugeVec(&metrics.GaugeOpts{
+	Subsystem:      "baremetal_agent",
+	Name:           "refused_addresses",
+	Help:           "Addresses or Services that name this node as announcer but are not announced, by reason.",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"reason"})
+
+// Metrics returns the collectors of this package, to register.
+func Metrics() []metrics.Registerable { return []metrics.Registerable{refusedAddresses} }
+
+// Watcher computes what this node announces from the Services naming it.
+type Watcher struct {
+	node     string
+	cfg      *config.Config
+	speaker  Applier
+	recorder record.EventRecorder
+
+	informer cache.SharedIndexInformer
+	lister   listersv1.ServiceLister
+	queue    workqueue.TypedRateLimitingInterface[string]
+
+	refused []desired.Refusal
+}
+
+// New returns a Watcher of the Services in factory for node. Start factory, then Run.
+func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, speaker Applier, recorder record.EventRecorder) (*Watcher, error) {
+	services := factory.Core().V1().Services()
+	w := &Watcher{
+		node:     node,
+		cfg:      cfg,
+		speaker:  speaker,
+		recorder: recorder,
+		informer: services.Informer(),
+		lister:   services.Lister(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-agent-services"}),
+	}
+	if err := w.informer.AddIndexers(cache.Indexers{byAnnouncer: func(obj any) ([]string, error) {
+		if svc, ok := obj.(*v1.Service); ok && svc.Annotations[annotation.Announcer] != "" {
+			return []string{svc.Annotations[annotation.Announcer]}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	mine := func(obj any) bool {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		svc, ok := obj.(*v1.Service)
+		return ok && svc.Annotations[annotation.Announcer] == node
+	}
+	_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if mine(obj) {
+				w.queue.Add(everything)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			if mine(old) || mine(cur) {
+				w.queue.Add(everything)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if mine(obj) {
+				w.queue.Add(everything)
+			}
+		},
+	})
+	return w, err
+}
+
+// HasSynced reports whether the Service cache has synced: before that, nothing is
+// announced or withdrawn.
+func (w *Watcher) HasSynced() bool { return w.informer.HasSynced() }
+
+// Named returns how many Services name this node as their announcer.
+func (w *Watcher) Named() int {
+	objs, _ := w.informer.GetIndexer().ByIndex(byAnnouncer, w.node)
+	return len(objs)
+}
+
+// Run waits for the cache to sync and then keeps the speaker's addresses up to date
+// until ctx ends.
+func (w *Watcher) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	defer w.queue.ShutDown()
+	if !cache.WaitForNamedCacheSync("baremetal-agent", ctx.Done(), w.HasSynced) {
+		return
+	}
+	// The first sync runs even if nothing names this node yet, so that the state is
+	// known and logged from the start.
+	w.queue.Add(everything)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		for w.processNext() {
+		}
+	}, time.Second)
+	<-ctx.Done()
+}
+
+func (w *Watcher) processNext() bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+	if err := w.sync(); err != nil {
+		utilruntime.HandleError(err)
+		w.queue.AddRateLimited(key)
+		return true
+	}
+	w.queue.Forget(key)
+	return true
+}
+
+func (w *Watcher) sync() error {
+	objs, err := w.informer.GetIndexer().ByIndex(byAnnouncer, w.node)
+	if err != nil {
+		return fmt.Errorf("list the Services naming %s: %w", w.node, err)
+	}
+	services := make([]*v1.Service, 0, len(objs))
+	for _, o := range objs {
+		services = append(services, o.(*v1.Service))
+	}
+	addrs, refused := desired.Compute(w.node, services, w.cfg)
+	w.speaker.Apply(addrs)
+
+	if !slices.Equal(refused, w.refused) {
+		counts := map[desired.Reason]int{}
+		for _, r := range refused {
+			counts[r.Reason]++
+			if !slices.Contains(w.refused, r) {
+				klog.InfoS("Refusing to announce", "node", w.node, "service", r.Service, "address", r.Address, "reason", r.Reason, "detail", r.String())
+			}
+		}
+		for _, reason := range desired.Reasons {
+			refusedAddresses.WithLabelValues(string(reason)).Set(float64(counts[reason]))
+		}
+		w.refused = refused
+	}
+	klog.V(4).InfoS("Synced the addresses to announce", "node", w.node, "addresses", len(addrs), "refused", len(refused))
+	return nil
+}
+
+// Unplaced records a Warning event on the Services of an address this node should
+// announce but has no interface for. It is meant as speaker.Options.Unplaced.
+func (w *Watcher) Unplaced(a desired.Address) {
+	where := "no up interface has a subnet containing it"
+	if len(a.Pool.Interfaces) > 0 {
+		where = fmt.Sprintf("none of the interfaces of pool %s (%v) is up", a.Pool.Name, a.Pool.Interfaces)
+	}
+	for _, key := range a.Services {
+		ns, name, _ := cache.SplitMetaNamespaceKey(key)
+		svc, err := w.lister.Services(ns).Get(name)
+		if err != nil {
+			continue
+		}
+		w.recorder.Eventf(svc, v1.EventTypeWarning, ReasonNoInterface,
+			"Node %s does not announce %s: %s", w.node, a.Addr, where)
+	}
+}

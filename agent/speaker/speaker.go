@@ -1,0 +1,274 @@
+// Package speaker makes a node announce the addresses it owns: it chooses the interfaces
+// for each address, keeps one l2.Responder per interface and family, announces every
+// address it gains, and follows interfaces as they come, go, and change.
+package speaker
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
+)
+
+// DefaultAnnouncements are the times after gaining an address at which it is announced:
+// a few, over about two seconds, so that a lost packet or a switch still learning the
+// port costs nothing.
+var DefaultAnnouncements = []time.Duration{0, 500 * time.Millisecond, time.Second, 2 * time.Second}
+
+// resync is how often links are read again even when netlink reports nothing, which also
+// retries interfaces that could not be listened on.
+const resync = 10 * time.Second
+
+// listenNDPTimeout bounds the wait for a tentative link-local address.
+const listenNDPTimeout = 3 * time.Second
+
+// Options configure a Speaker.
+type Options struct {
+	// Announcements are the delays after gaining an address at which it is announced;
+	// DefaultAnnouncements if nil.
+	Announcements []time.Duration
+	// Unplaced, if set, is called once each time an address becomes one the node should
+	// announce but has no interface for.
+	Unplaced func(desired.Address)
+}
+
+type respKey struct {
+	link string
+	ipv6 bool
+}
+
+// A Speaker announces a set of addresses. Apply sets the addresses; Run follows the links.
+type Speaker struct {
+	opts Options
+	done chan struct{}
+
+	mu         sync.Mutex
+	links      []Link
+	haveLinks  bool
+	want       []desired.Address
+	responders map[respKey]*responder
+	unplaced   map[netip.Addr]bool
+	retired    [2]l2.Stats // counts of closed responders, per family
+}
+
+type responder struct {
+	*l2.Responder
+	link  Link
+	owned []netip.Addr // as last set, for logging what is lost
+}
+
+// New returns a Speaker that announces nothing until Apply and Run are called.
+func New(opts Options) *Speaker {
+	if opts.Announcements == nil {
+		opts.Announcements = DefaultAnnouncements
+	}
+	return &Speaker{
+		opts:       opts,
+		done:       make(chan struct{}),
+		responders: map[respKey]*responder{},
+		unplaced:   map[netip.Addr]bool{},
+	}
+}
+
+// Apply makes addrs the addresses the node announces, at once on the links known; the
+// ones gained are announced. Lost addresses are no longer answered for when Apply returns.
+func (s *Speaker) Apply(addrs []desired.Address) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.want = slices.Clone(addrs)
+	s.reconcile()
+}
+
+// Run reads the links, keeps them up to date from netlink, and announces until ctx ends;
+// then it stops answering on every link and returns.
+func (s *Speaker) Run(ctx context.Context) error {
+	defer s.stop()
+	linkUpdates := make(chan netlink.LinkUpdate, 64)
+	addrUpdates := make(chan netlink.AddrUpdate, 64)
+	subscribeErr := func(err error) { klog.ErrorS(err, "Netlink subscription failed; links are read every resync") }
+	if err := netlink.LinkSubscribeWithOptions(linkUpdates, ctx.Done(), netlink.LinkSubscribeOptions{ErrorCallback: subscribeErr}); err != nil {
+		return err
+	}
+	if err := netlink.AddrSubscribeWithOptions(addrUpdates, ctx.Done(), netlink.AddrSubscribeOptions{ErrorCallback: subscribeErr}); err != nil {
+		return err
+	}
+	s.refresh()
+	tick := time.NewTicker(resync)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-linkUpdates:
+		case <-addrUpdates:
+		case <-tick.C:
+		}
+		// One read of the links for a burst of updates.
+		for drained := false; !drained; {
+			select {
+			case <-linkUpdates:
+			case <-addrUpdates:
+			default:
+				drained = true
+			}
+		}
+		s.refresh()
+	}
+}
+
+func (s *Speaker) refresh() {
+	links, err := readLinks()
+	if err != nil {
+		klog.ErrorS(err, "Cannot read the network interfaces")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.links, s.haveLinks = links, true
+	s.reconcile()
+}
+
+func (s *Speaker) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.done)
+	for k := range s.responders {
+		s.closeResponder(k)
+	}
+}
+
+// reconcile brings the responders in line with s.want and s.links. s.mu is held.
+func (s *Speaker) reconcile() {
+	if !s.haveLinks {
+		return
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	byName := map[string]Link{}
+	for _, l := range s.links {
+		byName[l.Name] = l
+	}
+	perResponder := map[respKey][]netip.Addr{}
+	unplaced := map[netip.Addr]bool{}
+	for _, a := range s.want {
+		names := Choose(a.Addr, a.Pool.Interfaces, s.links)
+		if len(names) == 0 {
+			unplaced[a.Addr] = true
+			if !s.unplaced[a.Addr] {
+				klog.InfoS("No interface to announce an address on", "address", a.Addr, "pool", a.Pool.Name, "poolInterfaces", a.Pool.Interfaces, "services", a.Services)
+				if s.opts.Unplaced != nil {
+					s.opts.Unplaced(a)
+				}
+			}
+			continue
+		}
+		for _, n := range names {
+			k := respKey{n, a.Addr.Is6()}
+			perResponder[k] = append(perResponder[k], a.Addr)
+		}
+	}
+	s.unplaced = unplaced
+
+	for k, r := range s.responders {
+		l, ok := byName[k.link]
+		if _, wanted := perResponder[k]; !wanted || !ok || l.Index != r.link.Index || !bytes.Equal(l.MAC, r.link.MAC) {
+			s.closeResponder(k)
+		}
+	}
+	for k, addrs := range perResponder {
+		r := s.responders[k]
+		if r == nil {
+			var err error
+			if r, err = s.listen(k, byName[k.link]); err != nil {
+				klog.ErrorS(err, "Cannot answer for addresses on an interface; retrying on the next change or resync", "interface", k.link, "addresses", addrs)
+				continue
+			}
+		}
+		gained, err := r.Set(addrs)
+		if err != nil {
+			klog.ErrorS(err, "Cannot join the multicast groups of addresses", "interface", k.link)
+		}
+		for _, a := range gained {
+			klog.V(2).InfoS("Announcing address", "address", a, "interface", k.link)
+			go s.announce(r, a)
+		}
+		for _, a := range r.owned {
+			if !slices.Contains(addrs, a) {
+				klog.V(2).InfoS("Stopped announcing address", "address", a, "interface", k.link)
+			}
+		}
+		r.owned = addrs
+	}
+}
+
+func (s *Speaker) listen(k respKey, l Link) (*responder, error) {
+	ifi := &net.Interface{Index: l.Index, Name: l.Name, HardwareAddr: l.MAC, MTU: l.MTU}
+	var r *l2.Responder
+	var err error
+	if k.ipv6 {
+		ctx, cancel := context.WithTimeout(context.Background(), listenNDPTimeout)
+		r, err = l2.ListenNDP(ctx, ifi)
+		cancel()
+	} else {
+		r, err = l2.ListenARP(ifi)
+	}
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		if err := r.Serve(); err != nil {
+			klog.ErrorS(err, "Stopped answering on an interface", "interface", l.Name)
+		}
+	}()
+	resp := &responder{Responder: r, link: l}
+	s.responders[k] = resp
+	return resp, nil
+}
+
+func (s *Speaker) closeResponder(k respKey) {
+	r := s.responders[k]
+	delete(s.responders, k)
+	for _, a := range r.owned {
+		klog.V(2).InfoS("Stopped announcing address", "address", a, "interface", k.link)
+	}
+	if err := r.Close(); err != nil {
+		klog.ErrorS(err, "Closing a responder", "interface", k.link)
+	}
+	st := r.Stats()
+	f := family(k.ipv6)
+	s.retired[f].Requests += st.Requests
+	s.retired[f].Answered += st.Answered
+	s.retired[f].Gratuitous += st.Gratuitous
+}
+
+// announce sends the announcements of a gained address, as long as r still owns it.
+func (s *Speaker) announce(r *responder, addr netip.Addr) {
+	start := time.Now()
+	for _, at := range s.opts.Announcements {
+		if wait := time.Until(start.Add(at)); wait > 0 {
+			select {
+			case <-s.done:
+				return
+			case <-time.After(wait):
+			}
+		}
+		if !r.Owns(addr) {
+			return
+		}
+		if err := r.Announce(addr); err != nil {
+			klog.ErrorS(err, "Cannot announce an address", "address", addr)
+		}
+	}
+}

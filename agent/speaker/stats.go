@@ -1,0 +1,103 @@
+package speaker
+
+import (
+	"k8s.io/component-base/metrics"
+)
+
+const (
+	ipv4 = 0
+	ipv6 = 1
+)
+
+func family(isIPv6 bool) int {
+	if isIPv6 {
+		return ipv6
+	}
+	return ipv4
+}
+
+var familyNames = [2]string{"IPv4", "IPv6"}
+
+// Stats is what a Speaker has done, per family.
+type Stats struct {
+	// Owned is the number of addresses answered for, per family.
+	Owned [2]int
+	// Unplaced is the number of addresses the node should announce but has no interface for.
+	Unplaced int
+	// Packets counts requests, answers and announcements, per family, since the start.
+	Packets [2]struct{ Requests, Answered, Gratuitous uint64 }
+}
+
+// Stats returns what the Speaker has done so far.
+func (s *Speaker) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st Stats
+	st.Unplaced = len(s.unplaced)
+	owned := [2]map[string]bool{{}, {}}
+	for f := range st.Packets {
+		st.Packets[f].Requests = s.retired[f].Requests
+		st.Packets[f].Answered = s.retired[f].Answered
+		st.Packets[f].Gratuitous = s.retired[f].Gratuitous
+	}
+	for k, r := range s.responders {
+		f := family(k.ipv6)
+		rs := r.Stats()
+		st.Packets[f].Requests += rs.Requests
+		st.Packets[f].Answered += rs.Answered
+		st.Packets[f].Gratuitous += rs.Gratuitous
+		for _, a := range r.owned {
+			owned[f][a.String()] = true
+		}
+	}
+	st.Owned = [2]int{len(owned[ipv4]), len(owned[ipv6])}
+	return st
+}
+
+// Collector exposes a Speaker's Stats as metrics, read when scraped.
+type Collector struct {
+	metrics.BaseStableCollector
+	s *Speaker
+}
+
+// NewCollector returns a Collector of s's Stats, to register with a component-base
+// registry.
+func NewCollector(s *Speaker) *Collector { return &Collector{s: s} }
+
+var (
+	descRequests = metrics.NewDesc("baremetal_agent_requests_total",
+		"ARP requests and neighbour solicitations received for an owned address, per family.",
+		[]string{"family"}, nil, metrics.ALPHA, "")
+	descAnswered = metrics.NewDesc("baremetal_agent_replies_total",
+		"ARP replies and solicited neighbour advertisements sent, per family.",
+		[]string{"family"}, nil, metrics.ALPHA, "")
+	descGratuitous = metrics.NewDesc("baremetal_agent_announcements_total",
+		"Gratuitous ARP requests and unsolicited neighbour advertisements sent, per family.",
+		[]string{"family"}, nil, metrics.ALPHA, "")
+	descOwned = metrics.NewDesc("baremetal_agent_owned_addresses",
+		"Addresses this node answers for, per family.",
+		[]string{"family"}, nil, metrics.ALPHA, "")
+	descUnplaced = metrics.NewDesc("baremetal_agent_addresses_without_interface",
+		"Addresses this node should announce but has no up interface for.",
+		nil, nil, metrics.ALPHA, "")
+)
+
+// DescribeWithStability implements metrics.StableCollector.
+func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	for _, d := range []*metrics.Desc{descRequests, descAnswered, descGratuitous, descOwned, descUnplaced} {
+		ch <- d
+	}
+}
+
+// CollectWithStability implements metrics.StableCollector.
+func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
+	st := c.s.Stats()
+	for f, name := range familyNames {
+		p := st.Packets[f]
+		ch <- metrics.NewLazyConstMetric(descRequests, metrics.CounterValue, float64(p.Requests), name)
+		ch <- metrics.NewLazyConstMetric(descAnswered, metrics.CounterValue, float64(p.Answered), name)
+		ch <- metrics.NewLazyConstMetric(descGratuitous, metrics.CounterValue, float64(p.Gratuitous), name)
+		ch <- metrics.NewLazyConstMetric(descOwned, metrics.GaugeValue, float64(st.Owned[f]), name)
+	}
+	ch <- metrics.NewLazyConstMetric(descUnplaced, metrics.GaugeValue, float64(st.Unplaced))
+}

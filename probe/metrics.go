@@ -1,0 +1,40 @@
+package probe
+
+import "k8s.io/component-base/metrics"
+
+// Collector exposes a Responder's Stats as metrics, read when scraped.
+type Collector struct {
+	metrics.BaseStableCollector
+	r *Responder
+}
+
+// NewCollector returns a Collector of r's Stats, to register with a component-base registry.
+func NewCollector(r *Responder) *Collector { return &Collector{r: r} }
+
+var (
+	descProbes = metrics.NewDesc("baremetal_agent_probes_total",
+		"Health probes received, by outcome: answered, unanswered (the reply could not be sent) or malformed.",
+		[]string{"outcome"}, nil, metrics.ALPHA, "")
+	descDraining = metrics.NewDesc("baremetal_agent_draining",
+		"1 while the agent is draining (shutting down), else 0.",
+		nil, nil, metrics.ALPHA, "")
+)
+
+// DescribeWithStability implements metrics.StableCollector.
+func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- descProbes
+	ch <- descDraining
+}
+
+// CollectWithStability implements metrics.StableCollector.
+func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
+	st := c.r.Stats()
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Replies), "answered")
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Requests-st.Replies), "unanswered")
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Malformed), "malformed")
+	draining := 0.0
+	if c.r.State() == Draining {
+		draining = 1
+	}
+	ch <- metrics.NewLazyConstMetric(descDraining, metrics.GaugeValue, draining)
+}
