@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -115,7 +114,7 @@ func newEnv(cp *controlplane.ControlPlane) (*env, error) {
 	if err := os.WriteFile(e.config, []byte(cloudConfig), 0o644); err != nil {
 		return nil, err
 	}
-	if e.binary, err = ccmBinary(e.dir); err != nil {
+	if e.binary, err = install.Binary(e.dir, "baremetal-ccm"); err != nil {
 		return nil, err
 	}
 	// The service controller leaves a Service without nodes alone with a warning; a real
@@ -127,19 +126,6 @@ func newEnv(cp *controlplane.ControlPlane) (*env, error) {
 		}
 	}
 	return e, nil
-}
-
-// ccmBinary returns the binary `make test` built ($BAREMETAL_CCM), or builds one.
-func ccmBinary(dir string) (string, error) {
-	if bin := os.Getenv("BAREMETAL_CCM"); bin != "" {
-		return bin, nil
-	}
-	bin := filepath.Join(dir, "baremetal-ccm")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build baremetal-ccm: %v\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // startCCM runs the ccm binary until the test ends, and prints its log if the test fails.

@@ -1,0 +1,246 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+)
+
+var (
+	vip4 = netip.MustParseAddr("198.18.0.100")
+	vip6 = netip.MustParseAddr("fd00:198:18::100")
+)
+
+// moveDeadline is how soon after the annotation changes the client's kernel must have
+// the new owner's MAC.
+const moveDeadline = 100 * time.Millisecond
+
+// waitReach waits until a connection from the client to addr reaches node.
+func (c *cluster) waitReach(t *testing.T, addr netip.Addr, node string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var got string
+	var err error
+	for time.Now().Before(deadline) {
+		if got, err = c.reach(addr); err == nil && got == node {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("connection to %s reached %q (%v), want %s", addr, got, err, node)
+}
+
+// waitNeighbor waits until the client's neighbour entry for addr has mac, and returns
+// how long after since that was.
+func (c *cluster) waitNeighbor(t *testing.T, addr netip.Addr, mac net.HardwareAddr, since time.Time, within time.Duration) time.Duration {
+	t.Helper()
+	for {
+		got, state, err := c.net.Client.Neighbor(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(got, mac) {
+			return time.Since(since)
+		}
+		if time.Since(since) > within {
+			t.Fatalf("client's neighbour entry for %s is %v (%s) %v after the move, want %v", addr, got, state, within, mac)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestAnnounce(t *testing.T) {
+	c := newCluster(t, 2)
+	node1, node2 := c.net.Nodes[0], c.net.Nodes[1]
+	svc := c.createService(t, "web", vip4, vip6)
+
+	c.setAnnouncer(t, svc, node1.Label)
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		c.waitReach(t, addr, node1.Label)
+		if mac, state, _ := c.net.Client.Neighbor(addr); !bytes.Equal(mac, node1.MAC) {
+			t.Errorf("client resolves %s to %v (%s), want node1's %v", addr, mac, state, node1.MAC)
+		}
+	}
+
+	// The move: the client's kernel must switch on the announcement alone, without
+	// asking (its entry is fresh, so it would not ask for seconds).
+	start := c.setAnnouncer(t, svc, node2.Label)
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		took := c.waitNeighbor(t, addr, node2.MAC, start, moveDeadline)
+		t.Logf("%s moved to node2's MAC %v after the annotation changed", addr, took)
+		c.waitReach(t, addr, node2.Label)
+	}
+
+	// Two moves within a second: the second announcement must not be dropped by the
+	// client's ARP locktime, and both must take effect.
+	first := c.setAnnouncer(t, svc, node1.Label)
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		c.waitNeighbor(t, addr, node1.MAC, first, moveDeadline)
+	}
+	time.Sleep(time.Until(first.Add(300 * time.Millisecond)))
+	second := c.setAnnouncer(t, svc, node2.Label)
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		took := c.waitNeighbor(t, addr, node2.MAC, second, moveDeadline)
+		t.Logf("%s moved back to node2 %v after the second move, %v after the first", addr, took, time.Since(first))
+		c.waitReach(t, addr, node2.Label)
+	}
+	if got := c.metric(t, node2, `baremetal_agent_owned_addresses{family="IPv4"}`); got != "1" {
+		t.Errorf("node2 owns %q IPv4 addresses, want 1", got)
+	}
+	if got := c.metric(t, node1, `baremetal_agent_owned_addresses{family="IPv6"}`); got != "0" {
+		t.Errorf("node1 owns %q IPv6 addresses, want 0", got)
+	}
+}
+
+func TestAddressOutsidePoolsIsNotAnnounced(t *testing.T) {
+	c := newCluster(t, 1)
+	node1 := c.net.Nodes[0]
+	stray := netip.MustParseAddr("198.18.0.180") // on the link, in no pool
+	inPool := netip.MustParseAddr("198.18.0.101")
+	c.setAnnouncer(t, c.createService(t, "stray", stray), node1.Label)
+	c.setAnnouncer(t, c.createService(t, "good", inPool), node1.Label)
+
+	// Once the agent answers for the good address, it has seen both Services.
+	c.waitReach(t, inPool, node1.Label)
+	if got := c.metric(t, node1, `baremetal_agent_refused_addresses{reason="NotInPool"}`); got != "1" {
+		t.Errorf("refused NotInPool = %q, want 1", got)
+	}
+	// On the wire: nobody answers the client's ARP requests for the stray address.
+	if err := c.net.Client.Ping(stray, time.Second); err == nil {
+		t.Errorf("client reached %s, which is in no pool", stray)
+	}
+	if mac, state, _ := c.net.Client.Neighbor(stray); mac != nil {
+		t.Errorf("client resolved %s to %v (%s)", stray, mac, state)
+	}
+}
+
+// probeFrom sends one health probe from the client to a node's agent.
+func probeFrom(t *testing.T, client, node *netns.Host, nonce uint64) (probe.Reply, error) {
+	t.Helper()
+	var reply probe.Reply
+	err := client.Do(func() error {
+		conn, err := net.ListenPacket("udp", ":0")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		to := &net.UDPAddr{IP: node.IPv4.AsSlice(), Port: 7474}
+		if _, err := conn.WriteTo(probe.AppendRequest(nil, probe.Request{Nonce: nonce}), to); err != nil {
+			return err
+		}
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		b := make([]byte, probe.MaxReplyLen)
+		n, _, err := conn.ReadFrom(b)
+		if err != nil {
+			return err
+		}
+		reply, err = probe.ParseReply(b[:n])
+		return err
+	})
+	return reply, err
+}
+
+func TestHealthAndDrain(t *testing.T) {
+	c := newCluster(t, 1)
+	node1 := c.net.Nodes[0]
+	svc := c.createService(t, "drained", vip4)
+	c.setAnnouncer(t, svc, node1.Label)
+	c.waitReach(t, vip4, node1.Label)
+
+	reply, err := probeFrom(t, c.net.Client, node1, 7)
+	if err != nil || reply != (probe.Reply{Nonce: 7, State: probe.Ready, Node: node1.Label}) {
+		t.Fatalf("probe = %+v, %v; want node1 ready with nonce 7", reply, err)
+	}
+
+	// SIGTERM: the agent drains — still answering, and saying so — for its grace period
+	// (2 s here), since a Service still names it, and then exits cleanly.
+	agent := c.agents[node1.Label]
+	stopped := make(chan error, 1)
+	signalled := time.Now()
+	go func() { stopped <- agent.Stop(10 * time.Second) }()
+	time.Sleep(500 * time.Millisecond)
+	if reply, err := probeFrom(t, c.net.Client, node1, 8); err != nil || reply.State != probe.Draining {
+		t.Errorf("probe while draining = %+v, %v; want draining", reply, err)
+	}
+	c.net.Client.FlushNeighbors()
+	if got, err := c.reach(vip4); err != nil || got != node1.Label {
+		t.Errorf("while draining, connection reached %q (%v), want node1", got, err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("agent exit: %v", err)
+	}
+	if took := time.Since(signalled); took < 2*time.Second || took > 5*time.Second {
+		t.Errorf("agent exited %v after SIGTERM, want its 2 s grace period", took)
+	}
+}
+
+func TestInterfaceChanges(t *testing.T) {
+	c := newCluster(t, 1)
+	node1 := c.net.Nodes[0]
+	ctx := context.Background()
+
+	// An address on no subnet of the node: reported on the Service, not announced.
+	late := netip.MustParseAddr("198.19.5.5")
+	svc := c.createService(t, "late", late)
+	c.setAnnouncer(t, svc, node1.Label)
+	c.waitEvent(t, svc, "NoInterface", "Node node1 does not announce 198.19.5.5: no up interface has a subnet containing it")
+	if got := c.metric(t, node1, "baremetal_agent_addresses_without_interface"); got != "1" {
+		t.Errorf("addresses without interface = %q, want 1", got)
+	}
+	// The subnet appears on eth0: picked up without a restart.
+	if _, err := c.net.Client.Run(ctx, "ip", "addr", "add", "198.19.5.200/24", "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node1.Run(ctx, "ip", "addr", "add", "198.19.5.1/24", "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	c.waitReach(t, late, node1.Label)
+
+	// The link goes down and comes back: the address is announced again, so a client
+	// that meanwhile learnt another MAC for it comes back.
+	if err := node1.SetLink(false); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := "02:00:00:00:00:99"
+	if _, err := c.net.Client.Run(ctx, "ip", "neigh", "replace", late.String(), "lladdr", elsewhere, "nud", "stale", "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	if err := node1.SetLink(true); err != nil {
+		t.Fatal(err)
+	}
+	took := c.waitNeighbor(t, late, node1.MAC, up, 3*time.Second)
+	t.Logf("re-announced %v after the link came up", took)
+	c.waitReach(t, late, node1.Label)
+}
+
+// waitEvent waits for an event on svc with reason whose message contains text.
+func (c *cluster) waitEvent(t *testing.T, svc *corev1.Service, reason, text string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := c.admin.CoreV1().Events(svc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + svc.Name + ",reason=" + reason})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range list.Items {
+			if strings.Contains(ev.Message, text) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s event on %s/%s saying %q", reason, svc.Namespace, svc.Name, text)
+	}
+}
