@@ -59,6 +59,10 @@ type Failover struct {
 	FailureThreshold int
 	// AgentPort is the UDP port of the agent's health responder: 7474 unless set.
 	AgentPort int
+	// Failback moves an address back to the node the rule ranks first when that node
+	// becomes eligible again. Off unless set: a node that comes back after a failure does
+	// not take its addresses back, since moving them breaks connections a second time.
+	Failback bool
 }
 
 var defaultFailover = Failover{

@@ -211,7 +211,7 @@ failover:
 				`cloud.yaml:6: pools[0]: unknown field "autoassign"; did you mean "autoAssign"?`,
 				`cloud.yaml:8: pools[0].serviceSelector: unknown field "matchLabel"; the fields here are matchLabels, matchExpressions`,
 				`cloud.yaml:10: pools[0].serviceSelector.matchExpressions[0]: unknown field "value"; the fields here are key, operator, values`,
-				`cloud.yaml:12: failover: unknown field "interval"; the fields here are probeInterval, failureThreshold, agentPort`,
+				`cloud.yaml:12: failover: unknown field "interval"; the fields here are probeInterval, failureThreshold, agentPort, failback`,
 			},
 		},
 		{

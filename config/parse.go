@@ -25,7 +25,7 @@ var (
 	poolFields        = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "nodeSelector", "interfaces"}
 	selectorFields    = []string{"matchLabels", "matchExpressions"}
 	requirementFields = []string{"key", "operator", "values"}
-	failoverFields    = []string{"probeInterval", "failureThreshold", "agentPort"}
+	failoverFields    = []string{"probeInterval", "failureThreshold", "agentPort", "failback"}
 )
 
 const dnsLabelRule = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
@@ -332,6 +332,10 @@ func (c *checker) failover(n *yaml.Node, path string) Failover {
 		case "agentPort":
 			if i, ok := c.integer(v, path, 1, 65535); ok {
 				f.AgentPort = i
+			}
+		case "failback":
+			if b, ok := c.boolean(v, path); ok {
+				f.Failback = b
 			}
 		}
 	})

@@ -25,6 +25,9 @@ type Node struct {
 	Deleting bool // has a deletion timestamp
 	// Healthy says the node's agent answers the ccm's probes and can reach the network.
 	Healthy bool
+	// Draining says the node's agent answers that it is shutting down; such a node is not
+	// Healthy.
+	Draining bool
 }
 
 // Group is the Services that share one address, or a single Service. They always get the
@@ -42,6 +45,11 @@ type Group struct {
 	Endpoints map[string]int
 	// NodeSelector is the pool's: only matching nodes may announce. Nil selects all.
 	NodeSelector labels.Selector
+	// Current is the node announcing now, or "". Among the candidates with the most ready
+	// endpoints it keeps the address: a node that comes back after a failure does not take
+	// its addresses back, which would break connections a second time. Leave it empty for
+	// the pure hash order.
+	Current string
 }
 
 // Reason says, for machines, why a node was chosen or none was.
@@ -96,11 +104,22 @@ func Select(g Group, nodes []Node) Decision {
 		if c := cmp.Compare(g.Endpoints[b], g.Endpoints[a]); c != 0 {
 			return c
 		}
+		if a == g.Current || b == g.Current {
+			return cmp.Compare(boolRank(a == g.Current), boolRank(b == g.Current))
+		}
 		if c := bytes.Compare(rank(a, g.FirstIP), rank(b, g.FirstIP)); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
 	}), Reason: reason}
+}
+
+// boolRank orders true first.
+func boolRank(b bool) int {
+	if b {
+		return 0
+	}
+	return 1
 }
 
 // rank is the tie-breaker: sha256(nodeName + "#" + firstIP), lowest first.
@@ -119,6 +138,8 @@ func Eligible(g Group, n Node) string {
 		return fmt.Sprintf("%s is excluded by the label %s", n.Name, ExcludeLabel)
 	case g.NodeSelector != nil && !g.NodeSelector.Matches(n.Labels):
 		return n.Name + " does not match the pool's nodeSelector"
+	case n.Draining:
+		return n.Name + " agent is draining"
 	case !n.Healthy:
 		return n.Name + " agent not answering"
 	}

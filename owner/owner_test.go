@@ -53,6 +53,28 @@ func TestSelect(t *testing.T) {
 		want:  Decision{Node: second, Reason: ReasonEndpoints},
 		prev:  first, reason: fmt.Sprintf("%s has more ready endpoints (2) than %s (1)", second, first),
 	}, {
+		name:  "no failback: the current announcer keeps the address among equals",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 1, "b": 1, "c": 1}, Current: second},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: second, Reason: ReasonEndpoints},
+	}, {
+		name:  "no failback, but more ready endpoints still win",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{first: 2, second: 1}, Current: second},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: first, Reason: ReasonEndpoints},
+	}, {
+		name:  "no failback, but a preferred node still wins",
+		group: Group{FirstIP: ip, PreferredNodes: []string{first}, Current: second},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: first, Reason: ReasonPreferred},
+		prev:  second, reason: fmt.Sprintf("preferred node %s became eligible", first),
+	}, {
+		name:  "a current announcer that is not eligible is left",
+		group: Group{FirstIP: ip, Current: first},
+		nodes: append(healthy("a", "b", "c")[:0:0], Node{Name: first, Draining: true}, healthy(second)[0]),
+		want:  Decision{Node: second, Reason: ReasonNoEndpoints},
+		prev:  first, reason: first + " agent is draining",
+	}, {
 		name:  "equal endpoints: hash",
 		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 1, "b": 1, "c": 1}},
 		nodes: healthy("a", "b", "c"),

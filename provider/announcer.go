@@ -50,6 +50,7 @@ type announcerController struct {
 	client   kubernetes.Interface
 	recorder record.EventRecorder
 	health   HealthSource
+	prober   *prober
 
 	services       corelisters.ServiceLister
 	serviceIndexer cache.Indexer
@@ -86,7 +87,8 @@ func newAnnouncerController(cfg *config.Config, factory informers.SharedInformer
 		lastWhy: map[string]owner.Reason{},
 		owned:   map[string]ownership{},
 	}
-	c.health = nodeConditionHealth{nodes: c.nodes}
+	c.prober = newProber(cfg.Failover, nodes)
+	c.health = c.prober
 	utilruntime.Must(services.Informer().AddIndexers(cache.Indexers{sharingKeyIndex: func(obj any) ([]string, error) {
 		svc, ok := obj.(*v1.Service)
 		if !ok {
@@ -133,7 +135,7 @@ func nodeChanged(old, cur any) bool {
 	if !ok1 || !ok2 {
 		return true
 	}
-	return !labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || nodeReady(o) != nodeReady(n)
+	return !labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
 }
 
 func sharingKey(svc *v1.Service) string {
@@ -171,6 +173,23 @@ func (c *announcerController) enqueueSlice(obj any) {
 	}
 }
 
+// enqueueNode queues the groups node announces ahead of the others, when its agent
+// changed state: with thousands of Services, the ones that lost their announcer go first.
+func (c *announcerController) enqueueNode(node string) {
+	c.mu.Lock()
+	var first []string
+	for key, o := range c.owned {
+		if o.node == node {
+			first = append(first, key)
+		}
+	}
+	c.mu.Unlock()
+	for _, key := range first {
+		c.queue.Add(key)
+	}
+	c.enqueueAll()
+}
+
 func (c *announcerController) enqueueAll() {
 	services, err := c.services.List(labels.Everything())
 	if err != nil {
@@ -190,7 +209,13 @@ func (c *announcerController) Run(ctx context.Context, workers int) {
 	if !cache.WaitForNamedCacheSync("baremetal-announcer", ctx.Done(), c.synced...) {
 		return
 	}
-	c.health.OnChange(func(string) { c.enqueueAll() })
+	go c.prober.Run(ctx)
+	// A new leader first learns which agents answer: deciding before that would take every
+	// address away from nodes it has not probed yet.
+	if !cache.WaitForNamedCacheSync("baremetal-agent-prober", ctx.Done(), c.health.HasSynced) {
+		return
+	}
+	c.health.OnChange(c.enqueueNode)
 	for range workers {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
 	}
@@ -378,6 +403,13 @@ func (c *announcerController) group(members []*v1.Service) (owner.Group, error) 
 		}
 	}
 	g.FirstIP = first.String()
+	if !c.cfg.Failover.Failback {
+		for _, svc := range members {
+			if g.Current = svc.Annotations[annotation.Announcer]; g.Current != "" {
+				break
+			}
+		}
+	}
 	if p := c.cfg.PoolFor(first); p != nil {
 		g.NodeSelector = p.NodeSelector
 	}
@@ -391,7 +423,8 @@ func (c *announcerController) nodeStates() ([]owner.Node, error) {
 	}
 	out := make([]owner.Node, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: c.health.Healthy(n.Name)})
+		h := c.health.Health(n.Name)
+		out = append(out, owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == AgentUp, Draining: h == AgentDraining})
 	}
 	return out, nil
 }

@@ -62,6 +62,21 @@ func (e *env) waitAnnouncer(t testing.TB, ns, name, want string) {
 	})
 }
 
+// waitAnyAnnouncer waits until the Service has an announcer, and returns it.
+func (e *env) waitAnyAnnouncer(t testing.TB, ns, name string) string {
+	t.Helper()
+	var got string
+	eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+		svc, err := e.admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got = svc.Annotations[annotation.Announcer]
+		return got != "", fmt.Sprintf("%s/%s has no announcer", ns, name)
+	})
+	return got
+}
+
 func (e *env) labelNode(t testing.TB, node, key string, value *string) {
 	t.Helper()
 	v := "null"
@@ -158,6 +173,30 @@ func TestAnnouncer(t *testing.T) {
 		e.waitAnnouncer(t, ns, "two", "node-b")
 	})
 
+	t.Run("agent stops answering, and comes back", func(t *testing.T) {
+		ns := e.namespace(t)
+		e.create(t, ns, lbService("failover"))
+		e.waitIngress(t, ns, "failover", 1)
+		e.setEndpoints(t, ns, "failover", "node-a", "node-b")
+		from := e.waitAnyAnnouncer(t, ns, "failover")
+		to := map[string]string{"node-a": "node-b", "node-b": "node-a"}[from]
+		e.agents[from].stop()
+		t.Cleanup(func() { e.agents[from].start() })
+		e.waitAnnouncer(t, ns, "failover", to)
+		e.waitEvent(t, ns, "failover", "AnnouncerChanged", from+" agent not answering")
+		// No failback: the returning node is up again after three answers (300 ms), and
+		// the address stays where it is.
+		if err := e.agents[from].start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		e.waitAnnouncer(t, ns, "failover", to)
+		metrics := e.scrape(t, serving)
+		if !strings.Contains(metrics, `baremetal_ccm_agents{state="up"} 2`) {
+			t.Errorf("metrics do not say both agents are up:\n%s", grepLines(metrics, "baremetal_ccm_agents"))
+		}
+	})
+
 	t.Run("metrics", func(t *testing.T) {
 		metrics := e.scrape(t, serving)
 		for _, want := range []string{
@@ -174,4 +213,15 @@ func TestAnnouncer(t *testing.T) {
 			t.Error("baremetal_ccm_services_without_announcer is 0 with the Local Service unannounced")
 		}
 	})
+}
+
+// grepLines returns the lines of text that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, s) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -5,10 +5,12 @@ package ccm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
@@ -66,6 +69,7 @@ type env struct {
 	binary     string
 	kubeconfig string
 	config     string
+	agents     map[string]*agent
 }
 
 var (
@@ -110,8 +114,14 @@ func newEnv(cp *controlplane.ControlPlane) (*env, error) {
 	if err := install.WriteKubeconfig(saConfig, e.kubeconfig); err != nil {
 		return nil, err
 	}
+	// Every node gets a real health responder, the agent's, on a loopback address of its
+	// own: the ccm probes it exactly as it probes an agent on a node.
+	port, err := e.startAgents()
+	if err != nil {
+		return nil, err
+	}
 	e.config = filepath.Join(e.dir, "cloud-config.yaml")
-	if err := os.WriteFile(e.config, []byte(cloudConfig), 0o644); err != nil {
+	if err := os.WriteFile(e.config, fmt.Appendf(nil, "%sfailover:\n  agentPort: %d\n", cloudConfig, port), 0o644); err != nil {
 		return nil, err
 	}
 	if e.binary, err = install.Binary(e.dir, "baremetal-ccm"); err != nil {
@@ -121,11 +131,77 @@ func newEnv(cp *controlplane.ControlPlane) (*env, error) {
 	// cluster has nodes.
 	for _, name := range []string{"node-a", "node-b"} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if _, err := e.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		node, err := e.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: e.agents[name].ip}}
+		if _, err := e.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 			return nil, err
 		}
 	}
 	return e, nil
+}
+
+// agent is a node's health responder.
+type agent struct {
+	node, ip string
+	port     int
+	mu       sync.Mutex
+	conn     net.PacketConn
+}
+
+// startAgents starts a responder for node-a on 127.0.0.2 and one for node-b on 127.0.0.3,
+// on one port, which it returns.
+func (e *env) startAgents() (int, error) {
+	for range 100 {
+		l, err := net.ListenPacket("udp", "127.0.0.2:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.LocalAddr().(*net.UDPAddr).Port
+		l.Close()
+		e.agents = map[string]*agent{
+			"node-a": {node: "node-a", ip: "127.0.0.2", port: port},
+			"node-b": {node: "node-b", ip: "127.0.0.3", port: port},
+		}
+		if e.agents["node-a"].start() == nil && e.agents["node-b"].start() == nil {
+			return port, nil
+		}
+		e.agents["node-a"].stop()
+	}
+	return 0, errors.New("no UDP port free on both 127.0.0.2 and 127.0.0.3")
+}
+
+// start makes the node's agent answer probes.
+func (a *agent) start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn != nil {
+		return nil
+	}
+	conn, err := net.ListenPacket("udp", net.JoinHostPort(a.ip, strconv.Itoa(a.port)))
+	if err != nil {
+		return err
+	}
+	r, err := probe.NewResponder(a.node)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	a.conn = conn
+	go r.Serve(conn)
+	return nil
+}
+
+// stop makes the node's agent stop answering, as if its process had died.
+func (a *agent) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn != nil {
+		a.conn.Close()
+		a.conn = nil
+	}
 }
 
 // startCCM runs the ccm binary until the test ends, and prints its log if the test fails.

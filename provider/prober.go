@@ -1,0 +1,373 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// AgentState is what the prober knows of a node's agent.
+type AgentState int
+
+const (
+	// AgentUnknown: not probed long enough to say.
+	AgentUnknown AgentState = iota
+	// AgentUp: answering, ready.
+	AgentUp
+	// AgentDown: not answering (or the node has no address to probe).
+	AgentDown
+	// AgentDraining: answering, but shutting down.
+	AgentDraining
+)
+
+// String returns the state in lower case, as in metrics labels.
+func (s AgentState) String() string {
+	return [...]string{"unknown", "up", "down", "draining"}[s]
+}
+
+// outcome is the result of one probe.
+type outcome int
+
+const (
+	answeredReady outcome = iota
+	answeredDraining
+	missed  // no answer in time
+	refused // ICMP port unreachable: the node is there, its agent is not
+)
+
+// recoveryThreshold is how many answers in a row bring a down agent back up, so that a
+// flapping node does not pull addresses back and forth.
+const recoveryThreshold = 3
+
+// rapidInterval is the time between probes of an agent that missed one, until it answers
+// or is taken for dead: detection is most of a failover, so suspicion is settled fast.
+const rapidInterval = 15 * time.Millisecond
+
+// agentHealth follows one agent through its probes' outcomes. It is the pure part of the
+// prober.
+type agentHealth struct {
+	state            AgentState
+	misses, answered int // in a row
+}
+
+// observe records an outcome and reports whether the state changed.
+func (h *agentHealth) observe(o outcome, failureThreshold int) bool {
+	old := h.state
+	switch o {
+	case answeredReady:
+		h.misses = 0
+		h.answered++
+		if h.state == AgentUnknown || h.state == AgentDraining || h.answered >= recoveryThreshold {
+			h.state = AgentUp
+		}
+	case answeredDraining:
+		h.misses, h.answered = 0, 0
+		h.state = AgentDraining
+	case missed, refused:
+		h.answered = 0
+		h.misses++
+		if h.misses >= failureThreshold {
+			h.state = AgentDown
+		}
+	}
+	return h.state != old
+}
+
+// suspect reports whether the agent has missed probes but is not yet taken for dead.
+func (h *agentHealth) suspect() bool { return h.misses > 0 && h.state != AgentDown }
+
+// prober checks every node's agent with UDP probes (package probe) every probe interval,
+// from the leader only, and is the owner controller's HealthSource. Its cost is two small
+// packets per node and interval, and nothing through the API server.
+type prober struct {
+	cfg   config.Failover
+	nodes corelisters.NodeLister
+
+	mu        sync.Mutex
+	ctx       context.Context // Run's; nil before Run
+	agents    map[string]*agentProbe
+	listeners []func(node string)
+	// pending are the nodes there were at the start without a verdict yet; the prober
+	// has synced when there are none left, so that a new leader changes nothing before
+	// it knows which agents answer.
+	pending map[string]bool
+}
+
+// agentProbe is the probing of one node's agent.
+type agentProbe struct {
+	addr   netip.AddrPort
+	cancel context.CancelFunc
+	state  AgentState
+}
+
+func newProber(cfg config.Failover, nodes coreinformers.NodeInformer) *prober {
+	p := &prober{cfg: cfg, nodes: nodes.Lister(), agents: map[string]*agentProbe{}}
+	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.reconcile() },
+		UpdateFunc: func(any, any) { p.reconcile() },
+		DeleteFunc: func(any) { p.reconcile() },
+	})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Health returns what is known of node's agent.
+func (p *prober) Health(node string) AgentState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a := p.agents[node]; a != nil {
+		return a.state
+	}
+	return AgentDown
+}
+
+// OnChange registers f to be called with the name of a node whose agent changed state.
+func (p *prober) OnChange(f func(node string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.listeners = append(p.listeners, f)
+}
+
+// HasSynced reports whether every node there was at the start has a verdict.
+func (p *prober) HasSynced() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ctx != nil && len(p.pending) == 0
+}
+
+// Run probes until ctx ends. Call it once the node informer has synced.
+func (p *prober) Run(ctx context.Context) {
+	nodes, err := p.nodes.List(labels.Everything())
+	if err != nil {
+		klog.ErrorS(err, "Cannot list nodes to probe")
+	}
+	p.mu.Lock()
+	p.ctx = ctx
+	p.pending = map[string]bool{}
+	for _, n := range nodes {
+		p.pending[n.Name] = true
+	}
+	p.mu.Unlock()
+	p.reconcile()
+	<-ctx.Done()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name := range p.agents {
+		p.forget(name)
+	}
+}
+
+// forget stops probing a node. p.mu is held.
+func (p *prober) forget(node string) {
+	a := p.agents[node]
+	a.cancel()
+	agentsByState.WithLabelValues(a.state.String()).Dec()
+	delete(p.agents, node)
+}
+
+// reconcile starts probing new nodes and nodes whose address changed, and stops probing
+// nodes that are gone.
+func (p *prober) reconcile() {
+	nodes, err := p.nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx == nil || p.ctx.Err() != nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		seen[n.Name] = true
+		addr, ok := agentAddress(n, p.cfg.AgentPort)
+		if a := p.agents[n.Name]; a != nil {
+			if a.addr == addr {
+				continue
+			}
+			p.forget(n.Name)
+		}
+		if !ok {
+			klog.InfoS("Node has no InternalIP to probe its agent at; it announces nothing", "node", n.Name)
+			p.settle(n.Name, AgentDown)
+			continue
+		}
+		ctx, cancel := context.WithCancel(p.ctx)
+		p.agents[n.Name] = &agentProbe{addr: addr, cancel: cancel}
+		agentsByState.WithLabelValues(AgentUnknown.String()).Inc()
+		go p.probe(ctx, n.Name, addr)
+	}
+	for name := range p.agents {
+		if !seen[name] {
+			p.forget(name)
+			delete(p.pending, name)
+		}
+	}
+	for name := range p.pending {
+		if !seen[name] {
+			delete(p.pending, name)
+		}
+	}
+}
+
+// settle records a node's first verdict. p.mu is held.
+func (p *prober) settle(node string, s AgentState) {
+	if s != AgentUnknown {
+		delete(p.pending, node)
+	}
+}
+
+// agentAddress returns where node's agent answers: its first InternalIP.
+func agentAddress(n *v1.Node, port int) (netip.AddrPort, bool) {
+	for _, a := range n.Status.Addresses {
+		if a.Type != v1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true
+		}
+	}
+	return netip.AddrPort{}, false
+}
+
+// probe probes one agent until ctx ends.
+func (p *prober) probe(ctx context.Context, node string, addr netip.AddrPort) {
+	// A connected socket: an ICMP port unreachable, which says the node is there but its
+	// agent is not, comes back as an error on it.
+	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		klog.ErrorS(err, "Cannot probe agent", "node", node, "address", addr)
+		p.record(node, missed, 0)
+		return
+	}
+	context.AfterFunc(ctx, func() { conn.Close() })
+
+	interval := p.cfg.ProbeInterval
+	// The answer to a probe may take up to half an interval: on a LAN it takes well under a
+	// millisecond, but a busy node should not be taken for dead.
+	timeout := interval / 2
+	rapid := min(rapidInterval, interval)
+	health := agentHealth{}
+	nonce := rand.Uint64()
+	req := make([]byte, 0, probe.RequestLen)
+	buf := make([]byte, probe.MaxReplyLen+1)
+	next := time.Now()
+	for ctx.Err() == nil {
+		if wait := time.Until(next); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		nonce++
+		sent := time.Now()
+		probesSent.Inc()
+		o := missed
+		if _, err := conn.Write(probe.AppendRequest(req[:0], probe.Request{Nonce: nonce})); err != nil {
+			o = refusedOr(err, missed)
+		} else {
+			o = p.await(conn, buf, nonce, node, sent.Add(timeout))
+		}
+		var rtt time.Duration
+		if o == answeredReady || o == answeredDraining {
+			rtt = time.Since(sent)
+			probeRTT.Observe(rtt.Seconds())
+		}
+		if health.observe(o, p.cfg.FailureThreshold) {
+			p.transition(node, health.state, o, rtt)
+		} else if health.misses == 1 {
+			klog.V(4).InfoS("Agent missed a probe", "node", node, "outcome", o)
+		}
+		if health.suspect() {
+			next = sent.Add(rapid)
+		} else {
+			next = sent.Add(interval)
+		}
+		if now := time.Now(); next.Before(now) {
+			next = now
+		}
+	}
+}
+
+// await reads until the answer to nonce arrives or deadline passes. Answers to earlier
+// probes, and anything malformed, are skipped.
+func (p *prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string, deadline time.Time) outcome {
+	if err := conn.SetReadDeadline(deadline); err != nil {
+		return missed
+	}
+	for {
+		n, err := conn.Read(buf)
+		if err != nil {
+			return refusedOr(err, missed)
+		}
+		reply, err := probe.ParseReply(buf[:n])
+		if err != nil || reply.Nonce != nonce {
+			continue
+		}
+		if reply.Node != node {
+			// Another node's agent at this node's address: not this node's agent.
+			klog.V(2).InfoS("Probe answered by another node's agent", "node", node, "answeredBy", reply.Node)
+			return missed
+		}
+		if reply.State == probe.Draining {
+			return answeredDraining
+		}
+		return answeredReady
+	}
+}
+
+func refusedOr(err error, o outcome) outcome {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return refused
+	}
+	return o
+}
+
+// transition records an agent's new state and tells the listeners.
+func (p *prober) transition(node string, s AgentState, o outcome, rtt time.Duration) {
+	p.mu.Lock()
+	a := p.agents[node]
+	if a == nil {
+		p.mu.Unlock()
+		return
+	}
+	agentsByState.WithLabelValues(a.state.String()).Dec()
+	agentsByState.WithLabelValues(s.String()).Inc()
+	a.state = s
+	p.settle(node, s)
+	listeners := p.listeners
+	p.mu.Unlock()
+	agentTransitions.WithLabelValues(s.String()).Inc()
+	klog.InfoS("Agent state changed", "node", node, "state", s, "lastProbe", o, "rtt", rtt)
+	for _, f := range listeners {
+		f(node)
+	}
+}
+
+// record is transition for a probe that cannot run at all.
+func (p *prober) record(node string, o outcome, rtt time.Duration) {
+	p.transition(node, AgentDown, o, rtt)
+}
+
+// String names an outcome for logs.
+func (o outcome) String() string {
+	return [...]string{"answered", "draining", "missed", "refused"}[o]
+}

@@ -1,0 +1,155 @@
+package provider
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+func TestAgentHealth(t *testing.T) {
+	type step struct {
+		o    outcome
+		want AgentState
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"first answer: up at once", []step{{answeredReady, AgentUp}}},
+		{"first misses: down at the threshold", []step{{missed, AgentUnknown}, {refused, AgentUnknown}, {missed, AgentDown}}},
+		{"misses below the threshold keep it up", []step{{answeredReady, AgentUp}, {missed, AgentUp}, {missed, AgentUp}, {answeredReady, AgentUp}, {missed, AgentUp}, {missed, AgentUp}}},
+		{"threshold of misses in a row: down", []step{{answeredReady, AgentUp}, {missed, AgentUp}, {refused, AgentUp}, {missed, AgentDown}}},
+		{"back up only after three answers in a row", []step{
+			{answeredReady, AgentUp}, {missed, AgentUp}, {missed, AgentUp}, {missed, AgentDown},
+			{answeredReady, AgentDown}, {answeredReady, AgentDown}, {missed, AgentDown},
+			{answeredReady, AgentDown}, {answeredReady, AgentDown}, {answeredReady, AgentUp},
+		}},
+		{"draining at once, whatever came before", []step{{answeredReady, AgentUp}, {answeredDraining, AgentDraining}, {missed, AgentDraining}, {missed, AgentDraining}, {missed, AgentDown}}},
+	} {
+		var h agentHealth
+		for i, s := range tc.steps {
+			prev := h.state
+			if changed := h.observe(s.o, 3); changed != (prev != s.want) {
+				t.Errorf("%s: step %d (%v) reported changed=%v going from %v to %v", tc.name, i, s.o, changed, prev, s.want)
+			}
+			if h.state != s.want {
+				t.Errorf("%s: after step %d (%v) state %v, want %v", tc.name, i, s.o, h.state, s.want)
+				break
+			}
+		}
+	}
+}
+
+// respond runs a real health responder for node on addr until the test ends or stop is
+// called.
+func respond(t *testing.T, node, addr string) (stop func()) {
+	t.Helper()
+	conn, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := probe.NewResponder(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(conn)
+	var once sync.Once
+	stop = func() { once.Do(func() { conn.Close() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestProber(t *testing.T) {
+	// Two nodes on two loopback addresses with the same agent port, as on a cluster.
+	l, err := net.ListenPacket("udp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	node := func(name, ip string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}}}
+	}
+	client := fake.NewClientset(node("node-a", "127.0.0.2"), node("node-b", "127.0.0.3"), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "no-address"}})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	cfg := config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}
+	p := newProber(cfg, factory.Core().V1().Nodes())
+	changes := make(chan string, 100)
+	p.OnChange(func(node string) { changes <- node })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+
+	stopA := respond(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	go p.Run(ctx)
+	// node-b answers nothing: its port is closed, and the ICMP port unreachable makes each
+	// probe an immediate miss, so the first verdict comes within a few rapid probes.
+	start := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
+		t.Fatal("prober never synced")
+	}
+	t.Logf("synced after %v", time.Since(start))
+	if got := p.Health("node-a"); got != AgentUp {
+		t.Errorf("node-a %v, want up", got)
+	}
+	if got := p.Health("node-b"); got != AgentDown {
+		t.Errorf("node-b %v, want down", got)
+	}
+	if got := p.Health("no-address"); got != AgentDown {
+		t.Errorf("node without address %v, want down", got)
+	}
+
+	// node-a's agent dies: down within an interval, a timeout and two rapid probes.
+	drain(changes)
+	stopA()
+	died := time.Now()
+	waitState(t, p, changes, "node-a", AgentDown, time.Second)
+	t.Logf("node-a down %v after its agent stopped", time.Since(died))
+
+	// It comes back: up only after three answers in a row.
+	respond(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	back := time.Now()
+	waitState(t, p, changes, "node-a", AgentUp, 2*time.Second)
+	if took := time.Since(back); took < 2*cfg.ProbeInterval {
+		t.Errorf("node-a up %v after its agent came back: too soon for three answers %v apart", took, cfg.ProbeInterval)
+	}
+}
+
+func drain(ch chan string) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+func waitState(t *testing.T, p *prober, changes chan string, node string, want AgentState, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case n := <-changes:
+			if n == node && p.Health(node) == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s is %v after %v, want %v", node, p.Health(node), within, want)
+		}
+	}
+}
+
