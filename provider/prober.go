@@ -260,9 +260,10 @@ func (p *prober) probe(ctx context.Context, node string, addr netip.AddrPort) {
 	context.AfterFunc(ctx, func() { conn.Close() })
 
 	interval := p.cfg.ProbeInterval
-	// The answer to a probe may take up to half an interval: on a LAN it takes well under a
-	// millisecond, but a busy node should not be taken for dead.
-	timeout := interval / 2
+	// An answer may take a quarter of an interval (25 ms by default): on a LAN it takes well
+	// under a millisecond. A late answer costs nothing but rapid probes; only
+	// failureThreshold misses in a row take the agent for dead.
+	timeout := interval / 4
 	rapid := min(rapidInterval, interval)
 	health := agentHealth{}
 	nonce := rand.Uint64()
@@ -284,7 +285,11 @@ func (p *prober) probe(ctx context.Context, node string, addr netip.AddrPort) {
 		if _, err := conn.Write(probe.AppendRequest(req[:0], probe.Request{Nonce: nonce})); err != nil {
 			o = refusedOr(err, missed)
 		} else {
-			o = p.await(conn, buf, nonce, node, sent.Add(timeout))
+			wait := timeout
+			if health.suspect() {
+				wait = rapid
+			}
+			o = p.await(conn, buf, nonce, node, sent.Add(wait))
 		}
 		var rtt time.Duration
 		if o == answeredReady || o == answeredDraining {

@@ -152,4 +152,3 @@ func waitState(t *testing.T, p *prober, changes chan string, node string, want A
 		}
 	}
 }
-

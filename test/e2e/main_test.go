@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
@@ -54,19 +55,31 @@ const servicePort = 8080
 // cluster is a test's network, control plane objects and running agents.
 type cluster struct {
 	net    *netns.Network
+	cp     *controlplane.ControlPlane
 	admin  kubernetes.Interface
 	agents map[string]*process.Process
 	dir    string
+	config string // the cloud-config of agents and ccm
+
+	api             netip.AddrPort // the API server, as the namespaces reach it
+	apiServerName   string         // the name its certificate has
+	agentKubeconfig string
+	agentBinary     string
 }
 
 // newCluster builds a network of n nodes, registers them as Nodes, runs a test server and
 // the agent on each, and cleans everything up when the test ends.
-func newCluster(t *testing.T, n int) *cluster {
+func newCluster(t testing.TB, n int) *cluster {
+	t.Helper()
+	return newClusterOn(t, controlplane.Shared(t), n)
+}
+
+// newClusterOn is newCluster on a given control plane.
+func newClusterOn(t testing.TB, cp *controlplane.ControlPlane, n int) *cluster {
 	t.Helper()
 	network := netns.ForTest(t, n)
-	cp := controlplane.Shared(t)
 	ctx := context.Background()
-	c := &cluster{net: network, agents: map[string]*process.Process{}, dir: t.TempDir()}
+	c := &cluster{net: network, cp: cp, agents: map[string]*process.Process{}, dir: t.TempDir()}
 	var err error
 	if c.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		t.Fatal(err)
@@ -85,45 +98,32 @@ func newCluster(t *testing.T, n int) *cluster {
 		t.Fatal(err)
 	}
 	apiHost := strings.TrimPrefix(sa.Host, "https://")
-	fwd, err := network.Forward(apiHost)
-	if err != nil {
+	if c.api, err = network.Forward(apiHost); err != nil {
 		t.Fatal(err)
 	}
-	host, _, _ := net.SplitHostPort(apiHost)
-	sa.Host = "https://" + fwd.String()
-	sa.ServerName = host
-	kubeconfig := filepath.Join(c.dir, "kubeconfig")
-	if err := install.WriteKubeconfig(sa, kubeconfig); err != nil {
+	c.apiServerName, _, _ = net.SplitHostPort(apiHost)
+	c.agentKubeconfig = c.kubeconfig(t, sa, "agent")
+	c.config = filepath.Join(c.dir, "cloud-config.yaml")
+	if err := os.WriteFile(c.config, []byte(cloudConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(c.dir, "cloud-config.yaml")
-	if err := os.WriteFile(config, []byte(cloudConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	agent, err := install.Binary(c.dir, "baremetal-agent")
-	if err != nil {
+	if c.agentBinary, err = install.Binary(c.dir, "baremetal-agent"); err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range network.Nodes {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Label}}
-		if _, err := c.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.admin.CoreV1().Nodes().Delete(context.Background(), h.Label, metav1.DeleteOptions{}) })
-		serveName(t, h)
-		p, err := process.StartCmd(h.Label+" agent", h.Command(context.Background(), agent,
-			"--node-name="+h.Label, "--kubeconfig="+kubeconfig, "--cloud-config="+config,
-			"--metrics-address=127.0.0.1:7475", "--shutdown-grace-period=2s", "-v=2"))
+		node, err := c.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.agents[h.Label] = p
-		t.Cleanup(func() {
-			p.Stop(5 * time.Second)
-			if t.Failed() {
-				t.Logf("%s agent log:\n%s", h.Label, p.Logs())
-			}
-		})
+		t.Cleanup(func() { c.admin.CoreV1().Nodes().Delete(context.Background(), h.Label, metav1.DeleteOptions{}) })
+		// The ccm probes the agent at the node's InternalIP.
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.IPv4.String()}}
+		if _, err := c.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		serveName(t, h)
+		c.startAgent(t, h)
 	}
 	for _, h := range network.Nodes {
 		c.waitReady(t, h)
@@ -131,9 +131,42 @@ func newCluster(t *testing.T, n int) *cluster {
 	return c
 }
 
+// kubeconfig writes a kubeconfig for cfg that reaches the API server through the bridge.
+func (c *cluster) kubeconfig(t testing.TB, cfg *rest.Config, name string) string {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	cfg.Host = "https://" + c.api.String()
+	cfg.ServerName = c.apiServerName
+	path := filepath.Join(c.dir, name+".kubeconfig")
+	if err := install.WriteKubeconfig(cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startAgent runs the agent on node h until the test ends, and prints its log if the test
+// fails.
+func (c *cluster) startAgent(t testing.TB, h *netns.Host) *process.Process {
+	t.Helper()
+	p, err := process.StartCmd(h.Label+" agent", h.Command(context.Background(), c.agentBinary,
+		"--node-name="+h.Label, "--kubeconfig="+c.agentKubeconfig, "--cloud-config="+c.config,
+		"--metrics-address=127.0.0.1:7475", "--shutdown-grace-period=2s", "-v=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.agents[h.Label] = p
+	t.Cleanup(func() {
+		p.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("%s agent log:\n%s", h.Label, p.Logs())
+		}
+	})
+	return p
+}
+
 // serveName runs a TCP server on the node that writes the node's name to every
 // connection and closes it.
-func serveName(t *testing.T, h *netns.Host) {
+func serveName(t testing.TB, h *netns.Host) {
 	l, err := h.Listen("tcp", fmt.Sprintf(":%d", servicePort))
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +203,7 @@ func (c *cluster) get(ctx context.Context, h *netns.Host, path string) (int, str
 	return resp.StatusCode, b.String(), nil
 }
 
-func (c *cluster) waitReady(t *testing.T, h *netns.Host) {
+func (c *cluster) waitReady(t testing.TB, h *netns.Host) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		code, _, err := c.get(ctx, h, "/readyz")
@@ -183,7 +216,7 @@ func (c *cluster) waitReady(t *testing.T, h *netns.Host) {
 
 // metric returns the value of one sample, as written after the name and labels, from a
 // node agent's /metrics.
-func (c *cluster) metric(t *testing.T, h *netns.Host, sample string) string {
+func (c *cluster) metric(t testing.TB, h *netns.Host, sample string) string {
 	t.Helper()
 	_, body, err := c.get(context.Background(), h, "/metrics")
 	if err != nil {
@@ -198,7 +231,7 @@ func (c *cluster) metric(t *testing.T, h *netns.Host, sample string) string {
 }
 
 // createService creates a LoadBalancer Service and gives it addresses, as the ccm would.
-func (c *cluster) createService(t *testing.T, name string, ips ...netip.Addr) *corev1.Service {
+func (c *cluster) createService(t testing.TB, name string, ips ...netip.Addr) *corev1.Service {
 	t.Helper()
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
@@ -237,7 +270,7 @@ func (c *cluster) createService(t *testing.T, name string, ips ...netip.Addr) *c
 
 // setAnnouncer writes the announcer annotation as the ccm does, and returns when the API
 // server has it.
-func (c *cluster) setAnnouncer(t *testing.T, svc *corev1.Service, node string) time.Time {
+func (c *cluster) setAnnouncer(t testing.TB, svc *corev1.Service, node string) time.Time {
 	t.Helper()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotation.Announcer, node)
 	start := time.Now()
@@ -261,12 +294,19 @@ func (c *cluster) node(name string) *netns.Host {
 func (c *cluster) reach(addr netip.Addr) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	return c.reachCtx(ctx, addr)
+}
+
+// reachCtx is reach within ctx's deadline.
+func (c *cluster) reachCtx(ctx context.Context, addr netip.Addr) (string, error) {
 	conn, err := c.net.Client.Dial(ctx, "tcp", netip.AddrPortFrom(addr, servicePort).String())
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	return strings.TrimSpace(line), err
 }

@@ -1,0 +1,437 @@
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+)
+
+// startCCM runs the real ccm, with the ccm ServiceAccount of the manifests, in the bridge's
+// namespace: from there it reaches the API server through the forwarder and probes the
+// agents at the nodes' addresses, as a ccm on a control-plane node would.
+func (c *cluster) startCCM(t testing.TB) *process.Process {
+	t.Helper()
+	sa, err := c.cp.ServiceAccountConfig(context.Background(), "baremetal-system", "baremetal-ccm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := c.kubeconfig(t, sa, "ccm")
+	bin, err := install.Binary(c.dir, "baremetal-ccm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := process.StartCmd("baremetal-ccm", c.net.Bridge.Command(context.Background(), bin,
+		"--kubeconfig="+kubeconfig,
+		"--cloud-provider=baremetal",
+		"--cloud-config="+c.config,
+		"--leader-elect=true",
+		"--leader-elect-resource-namespace=baremetal-system",
+		"--leader-elect-lease-duration=3s",
+		"--leader-elect-renew-deadline=2s",
+		"--leader-elect-retry-period=250ms",
+		"--secure-port=0",
+		"--v=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("baremetal-ccm log:\n%s", p.Logs())
+		}
+	})
+	return p
+}
+
+// createLBService creates a dual-stack LoadBalancer Service for the ccm to give addresses
+// to, and returns it with them.
+func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, []netip.Addr) {
+	t.Helper()
+	ctx := context.Background()
+	ns, err := c.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name, Annotations: map[string]string{annotation.Pool: "e2e"}},
+		Spec: corev1.ServiceSpec{
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			IPFamilyPolicy:                ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+			IPFamilies:                    []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			Ports:                         []corev1.ServicePort{{Port: servicePort}},
+		},
+	}
+	if _, err := c.admin.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var addrs []netip.Addr
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if svc, err = c.admin.CoreV1().Services(ns.Name).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		addrs = addrs[:0]
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			addrs = append(addrs, netip.MustParseAddr(ing.IP))
+		}
+		return len(addrs) == 2 && svc.Annotations[annotation.Announcer] != "", nil
+	})
+	if err != nil {
+		t.Fatalf("Service %s/%s has no addresses and announcer: %v", ns.Name, name, svc.Status.LoadBalancer.Ingress)
+	}
+	for _, h := range c.net.Nodes {
+		for _, a := range addrs {
+			if err := h.AddLocal(a); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return svc, addrs
+}
+
+// announcer returns the Service's announcer annotation now.
+func (c *cluster) announcer(t testing.TB, svc *corev1.Service) string {
+	t.Helper()
+	got, err := c.admin.CoreV1().Services(svc.Namespace).Get(context.Background(), svc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.Annotations[annotation.Announcer]
+}
+
+// request is one request of the open-loop client.
+type request struct {
+	start time.Time
+	ok    bool
+	node  string // who answered
+}
+
+// openLoop sends a request to addr every 10 ms, each on a new connection with a 100 ms
+// timeout, whether or not earlier ones have finished: a client that waits for each answer
+// before sending the next would hide most of an outage.
+type openLoop struct {
+	mu       sync.Mutex
+	requests []request
+	stop     chan struct{}
+	done     sync.WaitGroup
+}
+
+func (c *cluster) startClient(addr netip.Addr) *openLoop {
+	l := &openLoop{stop: make(chan struct{})}
+	l.done.Add(1)
+	go func() {
+		defer l.done.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-tick.C:
+			}
+			l.done.Add(1)
+			go func() {
+				defer l.done.Done()
+				r := request{start: time.Now()}
+				ctx, cancel := context.WithDeadline(context.Background(), r.start.Add(100*time.Millisecond))
+				defer cancel()
+				node, err := c.reachCtx(ctx, addr)
+				r.ok, r.node = err == nil, node
+				l.mu.Lock()
+				l.requests = append(l.requests, r)
+				l.mu.Unlock()
+			}()
+		}
+	}()
+	return l
+}
+
+// finish stops the client and returns its requests in the order they were sent.
+func (l *openLoop) finish() []request {
+	close(l.stop)
+	l.done.Wait()
+	slices.SortFunc(l.requests, func(a, b request) int { return a.start.Compare(b.start) })
+	return l.requests
+}
+
+// recoveryStreak is how many successes in a row end an outage. A failure after such a
+// streak is not part of the outage: a 2-core machine loses about one request in 5,000 to
+// scheduling alone, and a lone loss long after traffic has recovered is one of those.
+const recoveryStreak = 20
+
+// outage returns the time from failure to the first success of a streak of
+// recoveryStreak successes (0 if no request failed), and how many requests failed
+// after the streak: stray losses, reported apart.
+func outage(reqs []request, failure time.Time) (time.Duration, int, bool) {
+	var lastFail time.Time
+	streak, failedAfter, recovered := 0, 0, false
+	var firstOfStreak time.Time
+	for _, r := range reqs {
+		if r.start.Before(failure) {
+			continue
+		}
+		switch {
+		case recovered && !r.ok:
+			failedAfter++
+		case recovered:
+		case r.ok:
+			if streak == 0 {
+				firstOfStreak = r.start
+			}
+			streak++
+			recovered = streak >= recoveryStreak
+		default:
+			streak, lastFail = 0, r.start
+		}
+	}
+	if !recovered {
+		return 0, failedAfter, false
+	}
+	if lastFail.IsZero() {
+		return 0, failedAfter, true
+	}
+	return firstOfStreak.Sub(failure), failedAfter, true
+}
+
+// waitSteady waits until the client's requests to addr all succeed at node for 300 ms.
+func (c *cluster) waitSteady(t testing.TB, addr netip.Addr, node string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		l := c.startClient(addr)
+		time.Sleep(300 * time.Millisecond)
+		reqs := l.finish()
+		if len(reqs) > 0 && !slices.ContainsFunc(reqs, func(r request) bool { return !r.ok || r.node != node }) {
+			return
+		}
+	}
+	t.Fatalf("requests to %s do not all reach %s", addr, node)
+}
+
+// TestOutage checks the outage arithmetic on a made-up run.
+func TestOutage(t *testing.T) {
+	t0 := time.Now()
+	var reqs []request
+	at := func(ms int, ok bool) {
+		reqs = append(reqs, request{start: t0.Add(time.Duration(ms) * time.Millisecond), ok: ok})
+	}
+	at(-10, true)
+	for ms := 0; ms < 150; ms += 10 {
+		at(ms, false)
+	}
+	at(150, true) // a success that does not last
+	at(160, false)
+	for ms := 170; ms < 170+10*recoveryStreak; ms += 10 {
+		at(ms, true)
+	}
+	at(500, false) // stray
+	at(510, true)
+	got, stray, ok := outage(reqs, t0)
+	if !ok || got != 170*time.Millisecond || stray != 1 {
+		t.Errorf("outage = %v, %d stray, recovered %v; want 170ms, 1, true", got, stray, ok)
+	}
+	if got, _, ok := outage(reqs[:5], t0); ok {
+		t.Errorf("unrecovered run gave %v", got)
+	}
+}
+
+// trial is one injected failure and what the client saw.
+type trial struct {
+	family    string
+	from, to  string
+	injected  time.Time
+	outage    time.Duration
+	stray     int
+	detected  time.Time // the ccm logged the agent down
+	patched   time.Time // the ccm logged the announcer change
+	announced time.Time // the new owner's agent logged the announcement
+	firstGood time.Time // the first request of the recovery streak
+}
+
+// killOwner takes the link of addr's announcing node down, measures the outage the
+// client sees, and brings the link back up.
+func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Service, addr netip.Addr) trial {
+	t.Helper()
+	from := c.announcer(t, svc)
+	c.waitSteady(t, addr, from)
+	tr := trial{family: family(addr), from: from}
+	l := c.startClient(addr)
+	time.Sleep(200 * time.Millisecond)
+	tr.injected = time.Now()
+	if err := c.node(from).SetLink(false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		l.mu.Lock()
+		reqs := slices.Clone(l.requests)
+		l.mu.Unlock()
+		slices.SortFunc(reqs, func(a, b request) int { return a.start.Compare(b.start) })
+		if _, _, ok := outage(reqs, tr.injected); ok {
+			break
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	reqs := l.finish()
+	var ok bool
+	if tr.outage, tr.stray, ok = outage(reqs, tr.injected); !ok {
+		t.Fatalf("%s: traffic did not recover within 10 s of %s going down", addr, from)
+	}
+	tr.firstGood = tr.injected.Add(tr.outage)
+	tr.to = c.announcer(t, svc)
+	if err := c.node(from).SetLink(true); err != nil {
+		t.Fatal(err)
+	}
+	tr.detected = logTime(ccm.Logs(), tr.injected, `"Agent state changed"`, `node="`+from+`"`, `state="down"`)
+	tr.patched = logTime(ccm.Logs(), tr.injected, `"Announcer changed"`, `from="`+from+`"`)
+	tr.announced = logTime(c.agents[tr.to].Logs(), tr.injected, `"Announcing address"`, `address="`+addr.String()+`"`)
+	return tr
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// logTime returns the time of the first klog line after since that contains every one of
+// parts, or the zero time.
+func logTime(logs string, since time.Time, parts ...string) time.Time {
+	for line := range strings.Lines(logs) {
+		if len(line) < 21 || !strings.ContainsAny(line[:1], "IWE") {
+			continue
+		}
+		matches := true
+		for _, p := range parts {
+			matches = matches && strings.Contains(line, p)
+		}
+		if !matches {
+			continue
+		}
+		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		at = at.AddDate(since.Year(), 0, 0)
+		if !at.Before(since) {
+			return at
+		}
+	}
+	return time.Time{}
+}
+
+func TestFailover(t *testing.T) {
+	c := newCluster(t, 3)
+	ccm := c.startCCM(t)
+	svc, addrs := c.createLBService(t, "failover")
+	// Give the returning nodes time to be probed up again between trials.
+	settle := func() { time.Sleep(time.Second) }
+
+	for _, addr := range addrs {
+		t.Run("node death "+family(addr), func(t *testing.T) {
+			tr := c.killOwner(t, ccm, svc, addr)
+			t.Logf("%s: %s died, %s took over; outage %v (detected %v, patched %v, announced %v after)",
+				addr, tr.from, tr.to, tr.outage, since(tr.detected, tr.injected), since(tr.patched, tr.injected), since(tr.announced, tr.injected))
+			if tr.to == tr.from || tr.to == "" {
+				t.Errorf("announcer after %s died: %q", tr.from, tr.to)
+			}
+			if tr.outage > time.Second {
+				t.Errorf("outage %v, want well under a second", tr.outage)
+			}
+			settle()
+		})
+	}
+
+	t.Run("agent killed", func(t *testing.T) {
+		addr := addrs[0]
+		from := c.announcer(t, svc)
+		c.waitSteady(t, addr, from)
+		l := c.startClient(addr)
+		time.Sleep(100 * time.Millisecond)
+		killed := time.Now()
+		if err := c.agents[from].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return c.announcer(t, svc) != from, nil
+		})
+		time.Sleep(500 * time.Millisecond)
+		reqs := l.finish()
+		to := c.announcer(t, svc)
+		if to == from {
+			t.Fatalf("announcer still %s after its agent was killed", from)
+		}
+		took, stray, ok := outage(reqs, killed)
+		t.Logf("agent of %s killed; %s took over, outage %v, %d stray losses", from, to, took, stray)
+		if !ok || took > time.Second {
+			t.Errorf("outage %v (recovered: %v), want well under a second", took, ok)
+		}
+		c.startAgent(t, c.node(from))
+		c.waitReady(t, c.node(from))
+		settle()
+	})
+
+	t.Run("ccm killed and restarted", func(t *testing.T) {
+		addr := addrs[0]
+		owner := c.announcer(t, svc)
+		c.waitSteady(t, addr, owner)
+		changes := c.countEvents(t, svc, "AnnouncerChanged")
+		l := c.startClient(addr)
+		if err := ccm.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		ccm = c.startCCM(t)
+		// The new ccm takes the lease (3 s) and probes the agents before deciding.
+		time.Sleep(5 * time.Second)
+		reqs := l.finish()
+		if failed := slices.IndexFunc(reqs, func(r request) bool { return !r.ok }); failed >= 0 {
+			t.Errorf("request at %v failed while the ccm was away", reqs[failed].start)
+		}
+		if got := c.announcer(t, svc); got != owner {
+			t.Errorf("announcer %s after the ccm restarted, want %s unchanged", got, owner)
+		}
+		if got := c.countEvents(t, svc, "AnnouncerChanged"); got != changes {
+			t.Errorf("%d AnnouncerChanged events after the restart, want %d", got, changes)
+		}
+		if logTime(ccm.Logs(), time.Time{}, `"Successfully acquired lease"`).IsZero() {
+			t.Error("the restarted ccm never led, so it proved nothing")
+		}
+	})
+}
+
+func since(t, from time.Time) time.Duration {
+	if t.IsZero() {
+		return -1
+	}
+	return t.Sub(from)
+}
+
+// countEvents returns how many times events of reason were recorded on svc.
+func (c *cluster) countEvents(t testing.TB, svc *corev1.Service, reason string) int {
+	t.Helper()
+	list, err := c.admin.CoreV1().Events(svc.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + svc.Name + ",reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range list.Items {
+		n += int(max(ev.Count, 1))
+	}
+	return n
+}
