@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -72,6 +73,7 @@ type ControlPlane struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	killed   atomic.Bool // the API server was killed on purpose
 }
 
 // Option changes how Start runs the control plane.
@@ -430,6 +432,13 @@ func (c *ControlPlane) Logs() string {
 	return b.String()
 }
 
+// KillAPIServer kills kube-apiserver with SIGKILL, as a crash would, and leaves etcd
+// running; Stop then stops the rest.
+func (c *ControlPlane) KillAPIServer() error {
+	c.killed.Store(true)
+	return c.apiserver.Kill()
+}
+
 // Stop stops kube-apiserver, then etcd, and removes the control plane's directory.
 // kube-apiserver goes first and is waited for because one whose etcd vanishes under it
 // hangs retrying rather than exiting. Stop reports a child that had to be killed or had
@@ -437,7 +446,7 @@ func (c *ControlPlane) Logs() string {
 func (c *ControlPlane) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
-		if c.apiserver != nil {
+		if c.apiserver != nil && !c.killed.Load() {
 			errs = append(errs, c.apiserver.Stop(apiserverStopGrace))
 		}
 		if c.etcd != nil {

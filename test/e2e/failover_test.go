@@ -15,7 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
 )
 
@@ -434,4 +436,42 @@ func (c *cluster) countEvents(t testing.TB, svc *corev1.Service, reason string) 
 		n += int(max(ev.Count, 1))
 	}
 	return n
+}
+
+func TestAPIServerDown(t *testing.T) {
+	netns.RequireRoot(t)
+	// A control plane of its own, since this test stops it.
+	cp := controlplane.StartForTest(t)
+	c := newClusterOn(t, cp, 2)
+	c.startCCM(t)
+	svc, addrs := c.createLBService(t, "api-down")
+	owner := c.announcer(t, svc)
+	for _, addr := range addrs {
+		c.waitSteady(t, addr, owner)
+	}
+	clients := []*openLoop{c.startClient(addrs[0]), c.startClient(addrs[1])}
+	stopped := time.Now()
+	if err := cp.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	// The agents lose their watch and keep the last state: nothing is withdrawn.
+	time.Sleep(3 * time.Second)
+	for i, l := range clients {
+		reqs := l.finish()
+		failed := 0
+		for _, r := range reqs {
+			if !r.ok || r.node != owner {
+				failed++
+			}
+		}
+		t.Logf("%s: %d requests in the %v after the API server stopped, %d failed or elsewhere", addrs[i], len(reqs), time.Since(stopped).Round(time.Millisecond), failed)
+		if failed > 0 {
+			t.Errorf("%s: %d of %d requests failed or missed %s with the API server down", addrs[i], failed, len(reqs), owner)
+		}
+	}
+	for _, f := range []string{"IPv4", "IPv6"} {
+		if got := c.metric(t, c.node(owner), `baremetal_agent_owned_addresses{family="`+f+`"}`); got != "1" {
+			t.Errorf("%s owns %q %s addresses with the API server down, want 1", owner, got, f)
+		}
+	}
 }
