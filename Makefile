@@ -38,7 +38,7 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: bench-ipam bench-ccm ## Every benchmark; figures are in the README
+bench: bench-ipam bench-ccm bench-failover ## Every benchmark; figures are in the README
 
 .PHONY: bench-ipam
 bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated
@@ -48,9 +48,14 @@ bench-ipam: ## Allocator: time, allocations and retained heap per address at 100
 bench-ccm: tools build ## Real control plane: 5,000 Services to converge (time, ccm peak RSS); API writes in steady state and per announcer change
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm $(GO) test -run='^$$' -bench='BenchmarkConverge|BenchmarkSteadyState' -benchtime=1x -timeout=30m ./test/ccm
 
+.PHONY: bench-failover
+bench-failover: tools build ## Root: 20 node deaths per family on network namespaces; outage min/p50/p99/max and where the time goes
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkFailover -benchtime=1x -timeout=20m ./test/e2e
+
 .PHONY: fuzz
-fuzz: ## Fuzz the cloud-config parser for a minute
+fuzz: ## Fuzz the cloud-config parser and the probe decoder, a minute each
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./config
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./probe
 
 .PHONY: clean
 clean: ## Remove built tools and test caches
