@@ -38,6 +38,7 @@ func newTestAnnouncer(t *testing.T, objs ...runtime.Object) (*announcerControlle
 	c := newAnnouncerController(cfg, factory)
 	c.client = client
 	c.recorder = record.NewFakeRecorder(100)
+	c.health = allUp{}
 	factory.Start(t.Context().Done())
 	factory.WaitForCacheSync(t.Context().Done())
 	return c, client
@@ -135,3 +136,10 @@ func TestDualStackHasOneAnnouncer(t *testing.T) {
 		t.Fatalf("announcer = %q, %v", got.Annotations[annotation.Announcer], err)
 	}
 }
+
+// allUp is a HealthSource for which every agent answers.
+type allUp struct{}
+
+func (allUp) Health(string) AgentState { return AgentUp }
+func (allUp) OnChange(func(string))    {}
+func (allUp) HasSynced() bool          { return true }
