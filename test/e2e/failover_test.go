@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
 )
 
 // startCCM runs the real ccm, with the ccm ServiceAccount of the manifests, in the bridge's
@@ -117,98 +117,10 @@ func (c *cluster) announcer(t testing.TB, svc *corev1.Service) string {
 	return got.Annotations[annotation.Announcer]
 }
 
-// request is one request of the open-loop client.
-type request struct {
-	start time.Time
-	ok    bool
-	node  string // who answered
-}
-
-// openLoop sends a request to addr every 10 ms, each on a new connection with a 100 ms
-// timeout, whether or not earlier ones have finished: a client that waits for each answer
-// before sending the next would hide most of an outage.
-type openLoop struct {
-	mu       sync.Mutex
-	requests []request
-	stop     chan struct{}
-	done     sync.WaitGroup
-}
-
-func (c *cluster) startClient(addr netip.Addr) *openLoop {
-	l := &openLoop{stop: make(chan struct{})}
-	l.done.Add(1)
-	go func() {
-		defer l.done.Done()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-l.stop:
-				return
-			case <-tick.C:
-			}
-			l.done.Add(1)
-			go func() {
-				defer l.done.Done()
-				r := request{start: time.Now()}
-				ctx, cancel := context.WithDeadline(context.Background(), r.start.Add(100*time.Millisecond))
-				defer cancel()
-				node, err := c.reachCtx(ctx, addr)
-				r.ok, r.node = err == nil, node
-				l.mu.Lock()
-				l.requests = append(l.requests, r)
-				l.mu.Unlock()
-			}()
-		}
-	}()
-	return l
-}
-
-// finish stops the client and returns its requests in the order they were sent.
-func (l *openLoop) finish() []request {
-	close(l.stop)
-	l.done.Wait()
-	slices.SortFunc(l.requests, func(a, b request) int { return a.start.Compare(b.start) })
-	return l.requests
-}
-
-// recoveryStreak is how many successes in a row end an outage. A failure after such a
-// streak is not part of the outage: a 2-core machine loses about one request in 5,000 to
-// scheduling alone, and a lone loss long after traffic has recovered is one of those.
-const recoveryStreak = 20
-
-// outage returns the time from failure to the first success of a streak of
-// recoveryStreak successes (0 if no request failed), and how many requests failed
-// after the streak: stray losses, reported apart.
-func outage(reqs []request, failure time.Time) (time.Duration, int, bool) {
-	var lastFail time.Time
-	streak, failedAfter, recovered := 0, 0, false
-	var firstOfStreak time.Time
-	for _, r := range reqs {
-		if r.start.Before(failure) {
-			continue
-		}
-		switch {
-		case recovered && !r.ok:
-			failedAfter++
-		case recovered:
-		case r.ok:
-			if streak == 0 {
-				firstOfStreak = r.start
-			}
-			streak++
-			recovered = streak >= recoveryStreak
-		default:
-			streak, lastFail = 0, r.start
-		}
-	}
-	if !recovered {
-		return 0, failedAfter, false
-	}
-	if lastFail.IsZero() {
-		return 0, failedAfter, true
-	}
-	return firstOfStreak.Sub(failure), failedAfter, true
+// startClient starts an open-loop client of addr in the client namespace: a request
+// every 10 ms, each on a new connection with a 100 ms timeout.
+func (c *cluster) startClient(addr netip.Addr) *traffic.Client {
+	return traffic.Start(c.net.Client.Dial, netip.AddrPortFrom(addr, servicePort), 10*time.Millisecond, 100*time.Millisecond)
 }
 
 // waitSteady waits until the client's requests to addr all succeed at node for 300 ms.
@@ -218,39 +130,12 @@ func (c *cluster) waitSteady(t testing.TB, addr netip.Addr, node string) {
 	for time.Now().Before(deadline) {
 		l := c.startClient(addr)
 		time.Sleep(300 * time.Millisecond)
-		reqs := l.finish()
-		if len(reqs) > 0 && !slices.ContainsFunc(reqs, func(r request) bool { return !r.ok || r.node != node }) {
+		reqs := l.Stop()
+		if len(reqs) > 0 && !slices.ContainsFunc(reqs, func(r traffic.Request) bool { return !r.OK || r.Node != node }) {
 			return
 		}
 	}
 	t.Fatalf("requests to %s do not all reach %s", addr, node)
-}
-
-// TestOutage checks the outage arithmetic on a made-up run.
-func TestOutage(t *testing.T) {
-	t0 := time.Now()
-	var reqs []request
-	at := func(ms int, ok bool) {
-		reqs = append(reqs, request{start: t0.Add(time.Duration(ms) * time.Millisecond), ok: ok})
-	}
-	at(-10, true)
-	for ms := 0; ms < 150; ms += 10 {
-		at(ms, false)
-	}
-	at(150, true) // a success that does not last
-	at(160, false)
-	for ms := 170; ms < 170+10*recoveryStreak; ms += 10 {
-		at(ms, true)
-	}
-	at(500, false) // stray
-	at(510, true)
-	got, stray, ok := outage(reqs, t0)
-	if !ok || got != 170*time.Millisecond || stray != 1 {
-		t.Errorf("outage = %v, %d stray, recovered %v; want 170ms, 1, true", got, stray, ok)
-	}
-	if got, _, ok := outage(reqs[:5], t0); ok {
-		t.Errorf("unrecovered run gave %v", got)
-	}
 }
 
 // trial is one injected failure and what the client saw.
@@ -282,18 +167,14 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
-		l.mu.Lock()
-		reqs := slices.Clone(l.requests)
-		l.mu.Unlock()
-		slices.SortFunc(reqs, func(a, b request) int { return a.start.Compare(b.start) })
-		if _, _, ok := outage(reqs, tr.injected); ok {
+		if _, _, ok := traffic.Outage(l.Requests(), tr.injected); ok {
 			break
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	reqs := l.finish()
+	reqs := l.Stop()
 	var ok bool
-	if tr.outage, tr.stray, ok = outage(reqs, tr.injected); !ok {
+	if tr.outage, tr.stray, ok = traffic.Outage(reqs, tr.injected); !ok {
 		t.Fatalf("%s: traffic did not recover within 10 s of %s going down", addr, from)
 	}
 	tr.firstGood = tr.injected.Add(tr.outage)
@@ -376,12 +257,12 @@ func TestFailover(t *testing.T) {
 			return c.announcer(t, svc) != from, nil
 		})
 		time.Sleep(500 * time.Millisecond)
-		reqs := l.finish()
+		reqs := l.Stop()
 		to := c.announcer(t, svc)
 		if to == from {
 			t.Fatalf("announcer still %s after its agent was killed", from)
 		}
-		took, stray, ok := outage(reqs, killed)
+		took, stray, ok := traffic.Outage(reqs, killed)
 		t.Logf("agent of %s killed; %s took over, outage %v, %d stray losses", from, to, took, stray)
 		if !ok || took > time.Second {
 			t.Errorf("outage %v (recovered: %v), want well under a second", took, ok)
@@ -404,9 +285,9 @@ func TestFailover(t *testing.T) {
 		ccm = c.startCCM(t)
 		// The new ccm takes the lease (3 s) and probes the agents before deciding.
 		time.Sleep(5 * time.Second)
-		reqs := l.finish()
-		if failed := slices.IndexFunc(reqs, func(r request) bool { return !r.ok }); failed >= 0 {
-			t.Errorf("request at %v failed while the ccm was away", reqs[failed].start)
+		reqs := l.Stop()
+		if failed := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK }); failed >= 0 {
+			t.Errorf("request at %v failed while the ccm was away", reqs[failed].Start)
 		}
 		if got := c.announcer(t, svc); got != owner {
 			t.Errorf("announcer %s after the ccm restarted, want %s unchanged", got, owner)
@@ -452,7 +333,7 @@ func TestAPIServerDown(t *testing.T) {
 	for _, addr := range addrs {
 		c.waitSteady(t, addr, owner)
 	}
-	clients := []*openLoop{c.startClient(addrs[0]), c.startClient(addrs[1])}
+	clients := []*traffic.Client{c.startClient(addrs[0]), c.startClient(addrs[1])}
 	stopped := time.Now()
 	if err := cp.KillAPIServer(); err != nil {
 		t.Fatal(err)
@@ -460,10 +341,10 @@ func TestAPIServerDown(t *testing.T) {
 	// The agents lose their watch and keep the last state: nothing is withdrawn.
 	time.Sleep(3 * time.Second)
 	for i, l := range clients {
-		reqs := l.finish()
+		reqs := l.Stop()
 		failed := 0
 		for _, r := range reqs {
-			if !r.ok || r.node != owner {
+			if !r.OK || r.Node != owner {
 				failed++
 			}
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
 )
 
 func TestMain(m *testing.M) {
@@ -172,16 +173,7 @@ func serveName(t testing.TB, h *netns.Host) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintln(conn, h.Label)
-			conn.Close()
-		}
-	}()
+	go traffic.Serve(l, h.Label)
 }
 
 // get fetches path from a node agent's metrics address, from inside the node.
@@ -294,19 +286,5 @@ func (c *cluster) node(name string) *netns.Host {
 func (c *cluster) reach(addr netip.Addr) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return c.reachCtx(ctx, addr)
-}
-
-// reachCtx is reach within ctx's deadline.
-func (c *cluster) reachCtx(ctx context.Context, addr netip.Addr) (string, error) {
-	conn, err := c.net.Client.Dial(ctx, "tcp", netip.AddrPortFrom(addr, servicePort).String())
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	return strings.TrimSpace(line), err
+	return traffic.Reach(ctx, c.net.Client.Dial, netip.AddrPortFrom(addr, servicePort))
 }
