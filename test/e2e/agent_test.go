@@ -46,7 +46,7 @@ func (c *cluster) waitReach(t *testing.T, addr netip.Addr, node string) {
 func (c *cluster) waitNeighbor(t *testing.T, addr netip.Addr, mac net.HardwareAddr, since time.Time, within time.Duration) time.Duration {
 	t.Helper()
 	for {
-		got, state, err := c.net.Client.Neighbor(addr)
+		got, state, err := c.Net.Client.Neighbor(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,13 +62,13 @@ func (c *cluster) waitNeighbor(t *testing.T, addr netip.Addr, mac net.HardwareAd
 
 func TestAnnounce(t *testing.T) {
 	c := newCluster(t, 2)
-	node1, node2 := c.net.Nodes[0], c.net.Nodes[1]
+	node1, node2 := c.Net.Nodes[0], c.Net.Nodes[1]
 	svc := c.createService(t, "web", vip4, vip6)
 
 	c.setAnnouncer(t, svc, node1.Label)
 	for _, addr := range []netip.Addr{vip4, vip6} {
 		c.waitReach(t, addr, node1.Label)
-		if mac, state, _ := c.net.Client.Neighbor(addr); !bytes.Equal(mac, node1.MAC) {
+		if mac, state, _ := c.Net.Client.Neighbor(addr); !bytes.Equal(mac, node1.MAC) {
 			t.Errorf("client resolves %s to %v (%s), want node1's %v", addr, mac, state, node1.MAC)
 		}
 	}
@@ -105,7 +105,7 @@ func TestAnnounce(t *testing.T) {
 
 func TestAddressOutsidePoolsIsNotAnnounced(t *testing.T) {
 	c := newCluster(t, 1)
-	node1 := c.net.Nodes[0]
+	node1 := c.Net.Nodes[0]
 	stray := netip.MustParseAddr("198.18.0.180") // on the link, in no pool
 	inPool := netip.MustParseAddr("198.18.0.101")
 	c.setAnnouncer(t, c.createService(t, "stray", stray), node1.Label)
@@ -117,10 +117,10 @@ func TestAddressOutsidePoolsIsNotAnnounced(t *testing.T) {
 		t.Errorf("refused NotInPool = %q, want 1", got)
 	}
 	// On the wire: nobody answers the client's ARP requests for the stray address.
-	if err := c.net.Client.Ping(stray, time.Second); err == nil {
+	if err := c.Net.Client.Ping(stray, time.Second); err == nil {
 		t.Errorf("client reached %s, which is in no pool", stray)
 	}
-	if mac, state, _ := c.net.Client.Neighbor(stray); mac != nil {
+	if mac, state, _ := c.Net.Client.Neighbor(stray); mac != nil {
 		t.Errorf("client resolved %s to %v (%s)", stray, mac, state)
 	}
 }
@@ -153,27 +153,27 @@ func probeFrom(t *testing.T, client, node *netns.Host, nonce uint64) (probe.Repl
 
 func TestHealthAndDrain(t *testing.T) {
 	c := newCluster(t, 1)
-	node1 := c.net.Nodes[0]
+	node1 := c.Net.Nodes[0]
 	svc := c.createService(t, "drained", vip4)
 	c.setAnnouncer(t, svc, node1.Label)
 	c.waitReach(t, vip4, node1.Label)
 
-	reply, err := probeFrom(t, c.net.Client, node1, 7)
+	reply, err := probeFrom(t, c.Net.Client, node1, 7)
 	if err != nil || reply != (probe.Reply{Nonce: 7, State: probe.Ready, Node: node1.Label}) {
 		t.Fatalf("probe = %+v, %v; want node1 ready with nonce 7", reply, err)
 	}
 
 	// SIGTERM: the agent drains — still answering, and saying so — for its grace period
 	// (2 s here), since a Service still names it, and then exits cleanly.
-	agent := c.agents[node1.Label]
+	agent := c.Agent(node1.Label)
 	stopped := make(chan error, 1)
 	signalled := time.Now()
 	go func() { stopped <- agent.Stop(10 * time.Second) }()
 	time.Sleep(500 * time.Millisecond)
-	if reply, err := probeFrom(t, c.net.Client, node1, 8); err != nil || reply.State != probe.Draining {
+	if reply, err := probeFrom(t, c.Net.Client, node1, 8); err != nil || reply.State != probe.Draining {
 		t.Errorf("probe while draining = %+v, %v; want draining", reply, err)
 	}
-	c.net.Client.FlushNeighbors()
+	c.Net.Client.FlushNeighbors()
 	if got, err := c.reach(vip4); err != nil || got != node1.Label {
 		t.Errorf("while draining, connection reached %q (%v), want node1", got, err)
 	}
@@ -187,7 +187,7 @@ func TestHealthAndDrain(t *testing.T) {
 
 func TestInterfaceChanges(t *testing.T) {
 	c := newCluster(t, 1)
-	node1 := c.net.Nodes[0]
+	node1 := c.Net.Nodes[0]
 	ctx := context.Background()
 
 	// An address on no subnet of the node: reported on the Service, not announced.
@@ -199,7 +199,7 @@ func TestInterfaceChanges(t *testing.T) {
 		t.Errorf("addresses without interface = %q, want 1", got)
 	}
 	// The subnet appears on eth0: picked up without a restart.
-	if _, err := c.net.Client.Run(ctx, "ip", "addr", "add", "198.19.5.200/24", "dev", "eth0"); err != nil {
+	if _, err := c.Net.Client.Run(ctx, "ip", "addr", "add", "198.19.5.200/24", "dev", "eth0"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := node1.Run(ctx, "ip", "addr", "add", "198.19.5.1/24", "dev", "eth0"); err != nil {
@@ -213,7 +213,7 @@ func TestInterfaceChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	elsewhere := "02:00:00:00:00:99"
-	if _, err := c.net.Client.Run(ctx, "ip", "neigh", "replace", late.String(), "lladdr", elsewhere, "nud", "stale", "dev", "eth0"); err != nil {
+	if _, err := c.Net.Client.Run(ctx, "ip", "neigh", "replace", late.String(), "lladdr", elsewhere, "nud", "stale", "dev", "eth0"); err != nil {
 		t.Fatal(err)
 	}
 	up := time.Now()
@@ -229,7 +229,7 @@ func TestInterfaceChanges(t *testing.T) {
 func (c *cluster) waitEvent(t *testing.T, svc *corev1.Service, reason, text string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := c.admin.CoreV1().Events(svc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + svc.Name + ",reason=" + reason})
+		list, err := c.Admin.CoreV1().Events(svc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + svc.Name + ",reason=" + reason})
 		if err != nil {
 			return false, nil
 		}

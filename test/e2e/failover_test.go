@@ -18,46 +18,18 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
 )
 
-// startCCM runs the real ccm, with the ccm ServiceAccount of the manifests, in the bridge's
-// namespace: from there it reaches the API server through the forwarder and probes the
-// agents at the nodes' addresses, as a ccm on a control-plane node would.
+// startCCM runs the real ccm in the bridge's namespace until the test ends.
 func (c *cluster) startCCM(t testing.TB) *process.Process {
 	t.Helper()
-	sa, err := c.cp.ServiceAccountConfig(context.Background(), "baremetal-system", "baremetal-ccm")
+	p, err := c.StartCCM(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := c.kubeconfig(t, sa, "ccm")
-	bin, err := install.Binary(c.dir, "baremetal-ccm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := process.StartCmd("baremetal-ccm", c.net.Bridge.Command(context.Background(), bin,
-		"--kubeconfig="+kubeconfig,
-		"--cloud-provider=baremetal",
-		"--cloud-config="+c.config,
-		"--leader-elect=true",
-		"--leader-elect-resource-namespace=baremetal-system",
-		"--leader-elect-lease-duration=3s",
-		"--leader-elect-renew-deadline=2s",
-		"--leader-elect-retry-period=250ms",
-		"--secure-port=0",
-		"--v=2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("baremetal-ccm log:\n%s", p.Logs())
-		}
-	})
 	return p
 }
 
@@ -66,7 +38,7 @@ func (c *cluster) startCCM(t testing.TB) *process.Process {
 func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, []netip.Addr) {
 	t.Helper()
 	ctx := context.Background()
-	ns, err := c.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
+	ns, err := c.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,12 +52,12 @@ func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, [
 			Ports:                         []corev1.ServicePort{{Port: servicePort}},
 		},
 	}
-	if _, err := c.admin.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Admin.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var addrs []netip.Addr
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if svc, err = c.admin.CoreV1().Services(ns.Name).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		if svc, err = c.Admin.CoreV1().Services(ns.Name).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return false, nil
 		}
 		addrs = addrs[:0]
@@ -97,7 +69,7 @@ func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, [
 	if err != nil {
 		t.Fatalf("Service %s/%s has no addresses and announcer: %v", ns.Name, name, svc.Status.LoadBalancer.Ingress)
 	}
-	for _, h := range c.net.Nodes {
+	for _, h := range c.Net.Nodes {
 		for _, a := range addrs {
 			if err := h.AddLocal(a); err != nil {
 				t.Fatal(err)
@@ -110,7 +82,7 @@ func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, [
 // announcer returns the Service's announcer annotation now.
 func (c *cluster) announcer(t testing.TB, svc *corev1.Service) string {
 	t.Helper()
-	got, err := c.admin.CoreV1().Services(svc.Namespace).Get(context.Background(), svc.Name, metav1.GetOptions{})
+	got, err := c.Admin.CoreV1().Services(svc.Namespace).Get(context.Background(), svc.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +92,7 @@ func (c *cluster) announcer(t testing.TB, svc *corev1.Service) string {
 // startClient starts an open-loop client of addr in the client namespace: a request
 // every 10 ms, each on a new connection with a 100 ms timeout.
 func (c *cluster) startClient(addr netip.Addr) *traffic.Client {
-	return traffic.Start(c.net.Client.Dial, netip.AddrPortFrom(addr, servicePort), 10*time.Millisecond, 100*time.Millisecond)
+	return traffic.Start(c.Net.Client.Dial, netip.AddrPortFrom(addr, servicePort), 10*time.Millisecond, 100*time.Millisecond)
 }
 
 // waitSteady waits until the client's requests to addr all succeed at node for 300 ms.
@@ -161,7 +133,7 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 	l := c.startClient(addr)
 	time.Sleep(200 * time.Millisecond)
 	tr.injected = time.Now()
-	if err := c.node(from).SetLink(false); err != nil {
+	if err := c.Node(from).SetLink(false); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -179,12 +151,12 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 	}
 	tr.firstGood = tr.injected.Add(tr.outage)
 	tr.to = c.announcer(t, svc)
-	if err := c.node(from).SetLink(true); err != nil {
+	if err := c.Node(from).SetLink(true); err != nil {
 		t.Fatal(err)
 	}
 	tr.detected = logTime(ccm.Logs(), tr.injected, `"Agent state changed"`, `node="`+from+`"`, `state="down"`)
 	tr.patched = logTime(ccm.Logs(), tr.injected, `"Announcer changed"`, `from="`+from+`"`)
-	tr.announced = logTime(c.agents[tr.to].Logs(), tr.injected, `"Announcing address"`, `address="`+addr.String()+`"`)
+	tr.announced = logTime(c.Agent(tr.to).Logs(), tr.injected, `"Announcing address"`, `address="`+addr.String()+`"`)
 	return tr
 }
 
@@ -250,7 +222,7 @@ func TestFailover(t *testing.T) {
 		l := c.startClient(addr)
 		time.Sleep(100 * time.Millisecond)
 		killed := time.Now()
-		if err := c.agents[from].Kill(); err != nil {
+		if err := c.Agent(from).Kill(); err != nil {
 			t.Fatal(err)
 		}
 		wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
@@ -267,8 +239,8 @@ func TestFailover(t *testing.T) {
 		if !ok || took > time.Second {
 			t.Errorf("outage %v (recovered: %v), want well under a second", took, ok)
 		}
-		c.startAgent(t, c.node(from))
-		c.waitReady(t, c.node(from))
+		c.startAgent(t, c.Node(from))
+		c.waitReady(t, c.Node(from))
 		settle()
 	})
 
@@ -311,7 +283,7 @@ func since(t, from time.Time) time.Duration {
 // countEvents returns how many times events of reason were recorded on svc.
 func (c *cluster) countEvents(t testing.TB, svc *corev1.Service, reason string) int {
 	t.Helper()
-	list, err := c.admin.CoreV1().Events(svc.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + svc.Name + ",reason=" + reason})
+	list, err := c.Admin.CoreV1().Events(svc.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + svc.Name + ",reason=" + reason})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +326,7 @@ func TestAPIServerDown(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"IPv4", "IPv6"} {
-		if got := c.metric(t, c.node(owner), `baremetal_agent_owned_addresses{family="`+f+`"}`); got != "1" {
+		if got := c.metric(t, c.Node(owner), `baremetal_agent_owned_addresses{family="`+f+`"}`); got != "1" {
 			t.Errorf("%s owns %q %s addresses with the API server down, want 1", owner, got, f)
 		}
 	}
@@ -393,7 +365,7 @@ func BenchmarkFailover(b *testing.B) {
 func (c *cluster) probeRate(b *testing.B, d time.Duration) float64 {
 	count := func() map[string]float64 {
 		out := map[string]float64{}
-		for _, h := range c.net.Nodes {
+		for _, h := range c.Net.Nodes {
 			v, _ := strconv.ParseFloat(c.metric(b, h, `baremetal_agent_probes_total{outcome="answered"}`), 64)
 			out[h.Label] = v
 		}

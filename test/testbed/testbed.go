@@ -1,0 +1,295 @@
+// Package testbed assembles the whole product on one machine: a network of node
+// namespaces (package netns) registered as Nodes of a real control plane, each running a
+// server that names its node and the real baremetal-agent, and the real baremetal-ccm in
+// the bridge's namespace. The end-to-end tests, the failover benchmark and `make demo`
+// are built on it. It needs root.
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
+)
+
+// ServicePort is where every node's server listens, standing in for kube-proxy handing a
+// Service's traffic to a pod on the node.
+const ServicePort = 8080
+
+// agentMetrics is the agents' metrics address, on each node's own loopback.
+const agentMetrics = "127.0.0.1:7475"
+
+// Cluster is a running testbed. Its methods are safe for concurrent use.
+type Cluster struct {
+	// Net is the network: Nodes, Client and Bridge.
+	Net *netns.Network
+	// ControlPlane is the API server the agents and the ccm use.
+	ControlPlane *controlplane.ControlPlane
+	// Admin is a client with every right.
+	Admin kubernetes.Interface
+	// Config is the path of the cloud-config file of the agents and the ccm.
+	Config string
+
+	dir             string
+	api             netip.AddrPort // the API server, as the namespaces reach it
+	apiServerName   string         // the name in its serving certificate
+	agentKubeconfig string
+	agentBinary     string
+
+	mu        sync.Mutex
+	agents    map[string]*process.Process
+	processes []*process.Process
+	closers   []func() error
+}
+
+// New builds a testbed of n nodes on cp with cloudConfig, and returns once every agent is
+// ready. dir holds its files. On error, what was built is torn down.
+func New(ctx context.Context, cp *controlplane.ControlPlane, n int, cloudConfig, dir string) (_ *Cluster, err error) {
+	c := &Cluster{ControlPlane: cp, dir: dir, agents: map[string]*process.Process{}}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if c.Net, err = netns.Create(n); err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, c.Net.Close)
+	if c.Admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
+		return nil, err
+	}
+	manifests, err := install.ManifestsDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := install.Apply(ctx, cp.AdminConfig(), manifests); err != nil {
+		return nil, fmt.Errorf("install the manifests: %w", err)
+	}
+	// The agents run with the agent ServiceAccount of the manifests, so a missing RBAC
+	// rule fails; they reach the API server through a forwarder on the bridge.
+	sa, err := cp.ServiceAccountConfig(ctx, "baremetal-system", "baremetal-agent")
+	if err != nil {
+		return nil, err
+	}
+	apiHost := strings.TrimPrefix(sa.Host, "https://")
+	if c.api, err = c.Net.Forward(apiHost); err != nil {
+		return nil, err
+	}
+	c.apiServerName, _, _ = net.SplitHostPort(apiHost)
+	if c.agentKubeconfig, err = c.kubeconfig(sa, "agent"); err != nil {
+		return nil, err
+	}
+	c.Config = filepath.Join(dir, "cloud-config.yaml")
+	if err := os.WriteFile(c.Config, []byte(cloudConfig), 0o644); err != nil {
+		return nil, err
+	}
+	if c.agentBinary, err = install.Binary(dir, "baremetal-agent"); err != nil {
+		return nil, err
+	}
+	for _, h := range c.Net.Nodes {
+		if err := c.addNode(ctx, h); err != nil {
+			return nil, err
+		}
+		if _, err := c.StartAgent(h); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range c.Net.Nodes {
+		if err := c.WaitAgentReady(ctx, h); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// addNode registers h as a Node, with its address as the InternalIP the ccm probes, and
+// runs its server.
+func (c *Cluster) addNode(ctx context.Context, h *netns.Host) error {
+	node, err := c.Admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Label}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	c.closers = append(c.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// The control plane may be gone already; a Node left in a stopped one is no leak.
+		c.Admin.CoreV1().Nodes().Delete(ctx, h.Label, metav1.DeleteOptions{})
+		return nil
+	})
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.IPv4.String()}}
+	if _, err := c.Admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	l, err := h.Listen("tcp", fmt.Sprintf(":%d", ServicePort))
+	if err != nil {
+		return err
+	}
+	c.closers = append(c.closers, l.Close)
+	go traffic.Serve(l, h.Label)
+	return nil
+}
+
+// kubeconfig writes a kubeconfig for cfg that reaches the API server through the bridge.
+func (c *Cluster) kubeconfig(cfg *rest.Config, name string) (string, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Host = "https://" + c.api.String()
+	cfg.ServerName = c.apiServerName
+	path := filepath.Join(c.dir, name+".kubeconfig")
+	return path, install.WriteKubeconfig(cfg, path)
+}
+
+// StartAgent runs the agent on node h; Close stops it.
+func (c *Cluster) StartAgent(h *netns.Host) (*process.Process, error) {
+	p, err := process.StartCmd(h.Label+" agent", h.Command(context.Background(), c.agentBinary,
+		"--node-name="+h.Label, "--kubeconfig="+c.agentKubeconfig, "--cloud-config="+c.Config,
+		"--metrics-address="+agentMetrics, "--shutdown-grace-period=2s", "-v=2"))
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.agents[h.Label] = p
+	c.processes = append(c.processes, p)
+	return p, nil
+}
+
+// Agent returns the agent process of a node, the last one started.
+func (c *Cluster) Agent(node string) *process.Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.agents[node]
+}
+
+// StartCCM runs the real ccm, with the ccm ServiceAccount of the manifests, in the
+// bridge's namespace: from there it reaches the API server through the forwarder and
+// probes the agents at the nodes' addresses, as a ccm on a control-plane node would.
+// Close stops it.
+func (c *Cluster) StartCCM(ctx context.Context, extraArgs ...string) (*process.Process, error) {
+	sa, err := c.ControlPlane.ServiceAccountConfig(ctx, "baremetal-system", "baremetal-ccm")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := c.kubeconfig(sa, "ccm")
+	if err != nil {
+		return nil, err
+	}
+	bin, err := install.Binary(c.dir, "baremetal-ccm")
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--cloud-provider=baremetal",
+		"--cloud-config=" + c.Config,
+		"--leader-elect=true",
+		"--leader-elect-resource-namespace=baremetal-system",
+		"--leader-elect-lease-duration=3s",
+		"--leader-elect-renew-deadline=2s",
+		"--leader-elect-retry-period=250ms",
+		"--secure-port=0",
+		"--v=2",
+	}, extraArgs...)
+	p, err := process.StartCmd("baremetal-ccm", c.Net.Bridge.Command(context.Background(), bin, args...))
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.processes = append(c.processes, p)
+	return p, nil
+}
+
+// Node returns the host of the node called name, or nil.
+func (c *Cluster) Node(name string) *netns.Host {
+	for _, h := range c.Net.Nodes {
+		if h.Label == name {
+			return h
+		}
+	}
+	return nil
+}
+
+// AgentGet fetches path (such as /metrics or /readyz) from node h's agent.
+func (c *Cluster) AgentGet(ctx context.Context, h *netns.Host, path string) (int, string, error) {
+	client := http.Client{Transport: &http.Transport{DialContext: h.Dial, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+agentMetrics+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// WaitAgentReady waits up to 30 s for node h's agent to report ready.
+func (c *Cluster) WaitAgentReady(ctx context.Context, h *netns.Host) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		if code, _, err := c.AgentGet(ctx, h, "/readyz"); err == nil && code == http.StatusOK {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			tail := ""
+			if p := c.Agent(h.Label); p != nil {
+				tail = p.Tail(20)
+			}
+			return fmt.Errorf("agent of %s not ready after 30 s:\n%s", h.Label, tail)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Close stops every process the testbed started, removes its Nodes, and removes the
+// network. It returns the errors of what could not be undone.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	procs := c.processes
+	c.processes = nil
+	closers := c.closers
+	c.closers = nil
+	c.mu.Unlock()
+	var errs []error
+	for _, p := range procs {
+		if err := p.Stop(5 * time.Second); err != nil && !strings.Contains(err.Error(), "exited") {
+			errs = append(errs, err)
+		}
+	}
+	for i := len(closers) - 1; i >= 0; i-- {
+		if err := closers[i](); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Processes returns every process the testbed started, for logs.
+func (c *Cluster) Processes() []*process.Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*process.Process(nil), c.processes...)
+}
