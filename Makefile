@@ -20,6 +20,14 @@ build: ## Build bin/baremetal-ccm and bin/baremetal-agent (version stamped from 
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/baremetal-ccm ./ccm
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/baremetal-agent ./agent
 
+.PHONY: demo
+demo: ## Root, Linux: the whole product on one machine, with a failover (first run builds the control plane, ~8 min)
+	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: it creates network namespaces. Run: sudo make demo" >&2; exit 1; fi
+	@command -v ip >/dev/null || { echo "make demo needs ip(8) from iproute2: apt-get install iproute2" >&2; exit 1; }
+	@$(MAKE) --no-print-directory tools build
+	@$(GO) build -o $(BIN)/baremetal-demo ./hack/demo
+	@BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(BIN)/baremetal-demo
+
 .PHONY: tools
 tools: ## Build kube-apiserver and etcd for the integration tests into hack/tools/bin (first time ~8 min)
 	./hack/build-tools.sh
