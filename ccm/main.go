@@ -21,6 +21,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric
 	"k8s.io/component-base/version/verflag"
+	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/provider"
@@ -43,10 +44,27 @@ func main() {
 	opts.Generic.ClientConnection.QPS = 100
 	opts.Generic.ClientConnection.Burst = 200
 
-	var cloud cloudprovider.Interface
+	var flags cliflag.NamedFlagSets
+	// Loopback only by default: the page has no authentication. Operators reach it with
+	// kubectl port-forward.
+	statusAddress := "127.0.0.1:7476"
+	flags.FlagSet("baremetal").StringVar(&statusAddress, "status-address", statusAddress,
+		"host:port to serve the read-only status page on (/ as HTML, /status.json), without authentication; empty disables it. A standby answers 503.")
+
+	var cloud *provider.Cloud
 	cmd := app.NewCloudControllerManagerCommand(opts,
-		func(*cloudconfig.CompletedConfig) cloudprovider.Interface { return cloud },
-		controllers(), names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
+		func(*cloudconfig.CompletedConfig) cloudprovider.Interface {
+			// Here rather than in PreRunE: logging is configured by now. Every replica
+			// serves, before leader election; a standby answers 503.
+			if statusAddress != "" {
+				if err := cloud.ServeStatus(statusAddress); err != nil {
+					klog.ErrorS(err, "Cannot serve the status page; set --status-address to another address, or to \"\" to disable it")
+					klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+				}
+			}
+			return cloud
+		},
+		controllers(), names.CCMControllerAliases(), flags, wait.NeverStop)
 	cmd.Use = "baremetal-ccm"
 	cmd.Long = `baremetal-ccm gives Services of type LoadBalancer addresses from the pools of its
 cloud-config, and picks the node that announces each address.`
@@ -60,7 +78,7 @@ cloud-config, and picks the node that announces each address.`
 	os.Exit(cli.Run(cmd))
 }
 
-func newCloud(name, configFile string) (cloudprovider.Interface, error) {
+func newCloud(name, configFile string) (*provider.Cloud, error) {
 	if name != provider.Name {
 		return nil, fmt.Errorf("--cloud-provider=%q: this binary only serves %q", name, provider.Name)
 	}

@@ -61,8 +61,45 @@ type announcerController struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	mu      sync.Mutex
-	lastWhy map[string]owner.Reason // the last decision's reason per group, to warn once
-	owned   map[string]ownership    // the last decision per group, for the gauges
+	lastWhy map[string]decision  // the last decision per group, to warn once and for the status page
+	owned   map[string]ownership // the last decision per group, for the gauges
+	changes changeLog            // the last announcer changes, for the status page
+}
+
+// decision is a group's last decision and the sentence that explains it.
+type decision struct {
+	node   string
+	reason owner.Reason
+	// why is owner.Explain's sentence: why the group moved to node, as in the event, or
+	// why node has it when this ccm found it there.
+	why string
+	// since is when this ccm first made this decision (node and reason).
+	since time.Time
+}
+
+// maxChanges is how many announcer changes the status page lists: enough to see what a
+// failover moved, little enough to keep in memory.
+const maxChanges = 50
+
+// changeLog keeps the last maxChanges announcer changes in a ring. announcerController.mu
+// guards it.
+type changeLog struct {
+	ring [maxChanges]AnnouncerChange
+	n    int // changes ever added
+}
+
+func (l *changeLog) add(c AnnouncerChange) {
+	l.ring[l.n%maxChanges] = c
+	l.n++
+}
+
+// newestFirst returns the changes kept, the newest first.
+func (l *changeLog) newestFirst() []AnnouncerChange {
+	out := make([]AnnouncerChange, 0, min(l.n, maxChanges))
+	for i := l.n - 1; i >= 0 && i >= l.n-maxChanges; i-- {
+		out = append(out, l.ring[i%maxChanges])
+	}
+	return out
 }
 
 // ownership is a group's announcer ("" for none) and how many Services it holds.
@@ -84,7 +121,7 @@ func newAnnouncerController(cfg *config.Config, factory informers.SharedInformer
 		synced:         []cache.InformerSynced{services.Informer().HasSynced, slices.Informer().HasSynced, nodes.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-announcer"}),
-		lastWhy: map[string]owner.Reason{},
+		lastWhy: map[string]decision{},
 		owned:   map[string]ownership{},
 	}
 	c.prober = newProber(cfg.Failover, nodes)
@@ -297,13 +334,15 @@ func (c *announcerController) sync(ctx context.Context, key string) error {
 		return err
 	}
 	d := owner.Select(group, nodes)
-	warn := c.remember(key, d.Reason)
+	warn := c.remember(key, active, group, nodes, d)
 	c.account(key, ownership{node: d.Node, services: len(active)})
 	for _, svc := range active {
 		prev := svc.Annotations[annotation.Announcer]
 		if prev == d.Node {
 			if d.Node == "" && warn {
-				c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", group.FirstIP, owner.Explain(prev, group, nodes, d))
+				why := owner.Explain(prev, group, nodes, d)
+				c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", group.FirstIP, why)
+				c.logChange(svc, ReasonNoAnnouncer, prev, d, why)
 			}
 			continue
 		}
@@ -314,22 +353,62 @@ func (c *announcerController) sync(ctx context.Context, key string) error {
 		announcerChanges.WithLabelValues(string(d.Reason)).Inc()
 		if d.Node == "" {
 			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", group.FirstIP, why)
+			c.logChange(svc, ReasonNoAnnouncer, prev, d, why)
 		} else {
 			c.recorder.Eventf(svc, v1.EventTypeNormal, ReasonAnnouncerChanged, "Announcer of %s changed from %q to %q: %s", group.FirstIP, prev, d.Node, why)
+			c.logChange(svc, ReasonAnnouncerChanged, prev, d, why)
 		}
 		klog.V(2).InfoS("Announcer changed", "service", klog.KObj(svc), "from", prev, "to", d.Node, "reason", why)
 	}
 	return nil
 }
 
-// remember records the group's last reason and reports whether a NoAnnouncer warning is
-// due: on the first decision of the group, and whenever the reason changes.
-func (c *announcerController) remember(key string, r owner.Reason) bool {
+// remember records the group's decision with the sentence that explains it, and reports
+// whether a NoAnnouncer warning is due: on the first decision of the group, and whenever
+// the reason changes.
+func (c *announcerController) remember(key string, active []*v1.Service, g owner.Group, nodes []owner.Node, d owner.Decision) bool {
+	c.mu.Lock()
+	last, seen := c.lastWhy[key]
+	c.mu.Unlock()
+	same := seen && last.node == d.Node && last.reason == d.Reason
+	// A kept announcer keeps the sentence of the change that brought it there, as its
+	// event said it. With no announcer the sentence lists what keeps each node out, which
+	// changes under the same reason, so it is written anew.
+	if same && d.Node != "" {
+		return false
+	}
+	now := decision{node: d.Node, reason: d.Reason, since: last.since}
+	if !same {
+		now.since = time.Now()
+	}
+	// The node the group moves from: the last decision, or, on this ccm's first decision,
+	// the annotation another ccm (or this one before a restart) wrote.
+	prev := last.node
+	if !seen {
+		for _, svc := range active {
+			if prev = svc.Annotations[annotation.Announcer]; prev != "" {
+				break
+			}
+		}
+	}
+	if prev == d.Node {
+		prev = "" // nothing moved: explain the choice itself
+	}
+	now.why = owner.Explain(prev, g, nodes, d)
+	c.mu.Lock()
+	c.lastWhy[key] = now
+	c.mu.Unlock()
+	return !seen || last.reason != d.Reason
+}
+
+// logChange keeps an announcer change, or a NoAnnouncer warning, for the status page.
+func (c *announcerController) logChange(svc *v1.Service, event, from string, d owner.Decision, why string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	last, seen := c.lastWhy[key]
-	c.lastWhy[key] = r
-	return !seen || last != r
+	c.changes.add(AnnouncerChange{
+		Time: time.Now(), Service: serviceKey(svc), Event: event,
+		From: from, To: d.Node, Reason: string(d.Reason), Why: why,
+	})
 }
 
 func (c *announcerController) forget(key string) {

@@ -6,6 +6,7 @@ package provider
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -48,10 +49,12 @@ func init() {
 // Cloud implements cloudprovider.Interface for bare metal. Only LoadBalancer is offered:
 // nodes, zones and routes are the operator's.
 type Cloud struct {
-	lb        *loadBalancer
-	client    kubernetes.Interface
-	stop      <-chan struct{}
-	announcer *announcerController
+	lb     *loadBalancer
+	client kubernetes.Interface
+	stop   <-chan struct{}
+	// announcer is nil until this instance leads. The status page reads it from its own
+	// goroutines, and answers as a standby while it is nil.
+	announcer atomic.Pointer[announcerController]
 }
 
 var (
@@ -89,10 +92,11 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	c.lb.services = services.Lister()
 	c.lb.servicesSynced = services.Informer().HasSynced
 
-	c.announcer = newAnnouncerController(c.lb.cfg, factory)
-	c.announcer.client = c.client
-	c.announcer.recorder = c.lb.recorder
-	go c.announcer.Run(wait.ContextForChannel(c.stop), announcerWorkers)
+	a := newAnnouncerController(c.lb.cfg, factory)
+	a.client = c.client
+	a.recorder = c.lb.recorder
+	go a.Run(wait.ContextForChannel(c.stop), announcerWorkers)
+	c.announcer.Store(a)
 }
 
 // announcerWorkers is how many address groups are decided at once. Decisions are cheap;

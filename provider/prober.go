@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,6 +114,10 @@ type agentProbe struct {
 	addr   netip.AddrPort
 	cancel context.CancelFunc
 	state  AgentState
+	// lastRTT (ns) and lastAnswer (Unix ns) are the last answered probe's round trip and
+	// arrival, for the status page. Atomics, because the probe loop writes them on every
+	// answer, and p.mu is on the path of every announcer decision.
+	lastRTT, lastAnswer atomic.Int64
 }
 
 func newProber(cfg config.Failover, nodes coreinformers.NodeInformer) *prober {
@@ -210,9 +215,10 @@ func (p *prober) reconcile() {
 			continue
 		}
 		ctx, cancel := context.WithCancel(p.ctx)
-		p.agents[n.Name] = &agentProbe{addr: addr, cancel: cancel}
+		a := &agentProbe{addr: addr, cancel: cancel}
+		p.agents[n.Name] = a
 		agentsByState.WithLabelValues(AgentUnknown.String()).Inc()
-		go p.probe(ctx, n.Name, addr)
+		go p.probe(ctx, n.Name, a)
 	}
 	for name := range p.agents {
 		if !seen[name] {
@@ -248,7 +254,8 @@ func agentAddress(n *v1.Node, port int) (netip.AddrPort, bool) {
 }
 
 // probe probes one agent until ctx ends.
-func (p *prober) probe(ctx context.Context, node string, addr netip.AddrPort) {
+func (p *prober) probe(ctx context.Context, node string, a *agentProbe) {
+	addr := a.addr
 	// A connected socket: an ICMP port unreachable, which says the node is there but its
 	// agent is not, comes back as an error on it.
 	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
@@ -293,8 +300,11 @@ func (p *prober) probe(ctx context.Context, node string, addr netip.AddrPort) {
 		}
 		var rtt time.Duration
 		if o == answeredReady || o == answeredDraining {
-			rtt = time.Since(sent)
+			now := time.Now()
+			rtt = now.Sub(sent)
 			probeRTT.Observe(rtt.Seconds())
+			a.lastRTT.Store(int64(rtt))
+			a.lastAnswer.Store(now.UnixNano())
 		}
 		if health.observe(o, p.cfg.FailureThreshold) {
 			p.transition(node, health.state, o, rtt)
@@ -365,6 +375,28 @@ func (p *prober) transition(node string, s AgentState, o outcome, rtt time.Durat
 	for _, f := range listeners {
 		f(node)
 	}
+}
+
+// probed is what the status page shows of the probing of one node's agent.
+type probed struct {
+	addr       netip.AddrPort // invalid when the node is not probed
+	lastRTT    time.Duration  // of the last answered probe; 0 before any answer
+	lastAnswer time.Time      // zero before any answer
+}
+
+// probedAgents returns the probing of every agent probed now, by node name.
+func (p *prober) probedAgents() map[string]probed {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]probed, len(p.agents))
+	for node, a := range p.agents {
+		pr := probed{addr: a.addr, lastRTT: time.Duration(a.lastRTT.Load())}
+		if at := a.lastAnswer.Load(); at != 0 {
+			pr.lastAnswer = time.Unix(0, at)
+		}
+		out[node] = pr
+	}
+	return out
 }
 
 // record is transition for a probe that cannot run at all.

@@ -111,6 +111,17 @@ func TestProber(t *testing.T) {
 	if got := p.Health("no-address"); got != AgentDown {
 		t.Errorf("node without address %v, want down", got)
 	}
+	// What the status page shows of each: where it is probed, and the last round trip.
+	probed := p.probedAgents()
+	if a := probed["node-a"]; a.addr.String() != "127.0.0.2:"+strconv.Itoa(port) || a.lastRTT <= 0 || a.lastAnswer.IsZero() {
+		t.Errorf("node-a probed %+v, want its address, an RTT and the time of the answer", a)
+	}
+	if b := probed["node-b"]; b.addr.String() != "127.0.0.3:"+strconv.Itoa(port) || b.lastRTT != 0 || !b.lastAnswer.IsZero() {
+		t.Errorf("node-b probed %+v, want its address and no answer", b)
+	}
+	if _, ok := probed["no-address"]; ok {
+		t.Error("a node without an address is probed")
+	}
 
 	// node-a's agent dies: down within an interval, a timeout and two rapid probes.
 	drain(changes)

@@ -239,6 +239,9 @@ func (e *env) startServingCCM(t testing.TB, extraArgs ...string) (*process.Proce
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", addr.Port),
 		"--cert-dir=" + t.TempDir(),
+		// Off unless a test asks for it: its default port is one for the whole host, and
+		// tests run more than one ccm at a time. A later --status-address wins.
+		"--status-address=",
 		"--v=2",
 	}, extraArgs...)
 	p, err := process.Start("baremetal-ccm", e.binary, args...)
