@@ -24,12 +24,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
 )
@@ -270,13 +270,11 @@ func printTable(ctx context.Context, tb *testbed.Cluster, addrs map[string][]net
 
 // reason returns the ccm's explanation of a Service's announcer, from its events.
 func reason(ctx context.Context, tb *testbed.Cluster, name string) string {
-	list, err := tb.Admin.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.Set{"involvedObject.name": name, "reason": "AnnouncerChanged"}.String(),
-	})
-	if err != nil || len(list.Items) == 0 {
+	evs, err := events.List(ctx, tb.Admin, namespace, name, "AnnouncerChanged")
+	if err != nil || len(evs) == 0 {
 		return ""
 	}
-	last := slices.MaxFunc(list.Items, func(a, b corev1.Event) int { return a.LastTimestamp.Compare(b.LastTimestamp.Time) })
+	last := slices.MaxFunc(evs, func(a, b corev1.Event) int { return a.LastTimestamp.Compare(b.LastTimestamp.Time) })
 	_, why, _ := strings.Cut(last.Message, ": ")
 	return why
 }

@@ -18,12 +18,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
 )
@@ -286,36 +286,18 @@ func eventually(t testing.TB, timeout time.Duration, check func(ctx context.Cont
 	}
 }
 
-// findEvent returns the message of an event with reason on the object that contains
-// text, or "".
+// findEvent returns the message of a reason event on the Service that contains text.
 func (e *env) findEvent(ctx context.Context, ns, name, reason, text string) string {
-	list, err := e.admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String(),
-	})
-	if err != nil {
-		return ""
-	}
-	for _, ev := range list.Items {
-		if strings.Contains(ev.Message, text) {
-			return ev.Message
-		}
-	}
-	return ""
+	msg, _ := events.Find(ctx, e.admin, ns, name, reason, text)
+	return msg
 }
 
-// countEvents returns how many times the events of one reason were recorded for a Service,
-// counting the repeats the recorder folds into one Event object.
+// countEvents returns how many times events of reason were recorded on the Service.
 func (e *env) countEvents(t testing.TB, ns, name, reason string) int {
 	t.Helper()
-	list, err := e.admin.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String(),
-	})
+	n, err := events.Count(context.Background(), e.admin, ns, name, reason)
 	if err != nil {
 		t.Fatal(err)
-	}
-	n := 0
-	for _, ev := range list.Items {
-		n += int(max(ev.Count, 1))
 	}
 	return n
 }

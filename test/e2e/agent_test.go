@@ -5,15 +5,14 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 )
 
@@ -229,16 +228,8 @@ func TestInterfaceChanges(t *testing.T) {
 func (c *cluster) waitEvent(t *testing.T, svc *corev1.Service, reason, text string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := c.Admin.CoreV1().Events(svc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + svc.Name + ",reason=" + reason})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range list.Items {
-			if strings.Contains(ev.Message, text) {
-				return true, nil
-			}
-		}
-		return false, nil
+		msg, _ := events.Find(ctx, c.Admin, svc.Namespace, svc.Name, reason, text)
+		return msg != "", nil
 	})
 	if err != nil {
 		t.Fatalf("no %s event on %s/%s saying %q", reason, svc.Namespace, svc.Name, text)

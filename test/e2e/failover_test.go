@@ -18,6 +18,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
@@ -283,13 +284,9 @@ func since(t, from time.Time) time.Duration {
 // countEvents returns how many times events of reason were recorded on svc.
 func (c *cluster) countEvents(t testing.TB, svc *corev1.Service, reason string) int {
 	t.Helper()
-	list, err := c.Admin.CoreV1().Events(svc.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + svc.Name + ",reason=" + reason})
+	n, err := events.Count(context.Background(), c.Admin, svc.Namespace, svc.Name, reason)
 	if err != nil {
 		t.Fatal(err)
-	}
-	n := 0
-	for _, ev := range list.Items {
-		n += int(max(ev.Count, 1))
 	}
 	return n
 }
