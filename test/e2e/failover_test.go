@@ -245,6 +245,37 @@ func TestFailover(t *testing.T) {
 		settle()
 	})
 
+	t.Run("agent drained", func(t *testing.T) {
+		addr := addrs[0]
+		from := c.announcer(t, svc)
+		c.waitSteady(t, addr, from)
+		l := c.startClient(addr)
+		time.Sleep(100 * time.Millisecond)
+		// SIGTERM: the agent says it is draining, the ccm moves its addresses away at once,
+		// and the agent exits as soon as no Service names it, long before its grace period.
+		start := time.Now()
+		if err := c.Agent(from).Stop(10 * time.Second); err != nil {
+			t.Errorf("drained agent exit: %v", err)
+		}
+		took := time.Since(start)
+		time.Sleep(300 * time.Millisecond)
+		reqs := l.Stop()
+		to := c.announcer(t, svc)
+		t.Logf("agent of %s drained in %v; %s took over", from, took, to)
+		if to == from {
+			t.Errorf("announcer still %s after its agent drained", from)
+		}
+		if took >= 2*time.Second {
+			t.Errorf("the agent took %v to exit: it waited for its grace period instead of the ccm moving its addresses", took)
+		}
+		if failed := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK }); failed >= 0 {
+			t.Errorf("request at %v failed during a drain", reqs[failed].Start)
+		}
+		c.startAgent(t, c.Node(from))
+		c.waitReady(t, c.Node(from))
+		settle()
+	})
+
 	t.Run("ccm killed and restarted", func(t *testing.T) {
 		addr := addrs[0]
 		owner := c.announcer(t, svc)
