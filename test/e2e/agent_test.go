@@ -235,3 +235,50 @@ func (c *cluster) waitEvent(t *testing.T, svc *corev1.Service, reason, text stri
 		t.Fatalf("no %s event on %s/%s saying %q", reason, svc.Namespace, svc.Name, text)
 	}
 }
+
+// TestUnicastRefresh checks the requests a client sends to refresh a stale entry: unicast
+// to the owner's MAC (ARP requests and neighbour solicitations). Unanswered, the client
+// would take three seconds of probes to give up and ask by broadcast or multicast.
+func TestUnicastRefresh(t *testing.T) {
+	c := newCluster(t, 1)
+	node1 := c.Net.Nodes[0]
+	ctx := context.Background()
+	svc := c.createService(t, "refresh", vip4, vip6)
+	c.setAnnouncer(t, svc, node1.Label)
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		c.waitReach(t, addr, node1.Label)
+	}
+	// Probe at once instead of after the usual 5 s in DELAY.
+	for _, f := range []string{"ipv4", "ipv6"} {
+		if _, err := c.Net.Client.Run(ctx, "sysctl", "-qw", "net."+f+".neigh.eth0.delay_first_probe_time=0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		if _, err := c.Net.Client.Run(ctx, "ip", "neigh", "change", addr.String(), "lladdr", node1.MAC.String(), "nud", "stale", "dev", "eth0"); err != nil {
+			t.Fatal(err)
+		}
+		before := c.metric(t, node1, `baremetal_agent_requests_total{family="`+family(addr)+`"}`)
+		// An echo confirms nothing to the neighbour table, so the kernel must probe.
+		if err := c.Net.Client.Ping(addr, time.Second); err != nil {
+			t.Fatalf("ping %s: %v", addr, err)
+		}
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for {
+			mac, state, err := c.Net.Client.Neighbor(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if state == "REACHABLE" && bytes.Equal(mac, node1.MAC) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s entry %v %s 500 ms after the probe began, want REACHABLE at node1's MAC", addr, mac, state)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if after := c.metric(t, node1, `baremetal_agent_requests_total{family="`+family(addr)+`"}`); after == before {
+			t.Errorf("%s: the agent counted no request (%s before and after): someone else answered the probe", addr, after)
+		}
+	}
+}
