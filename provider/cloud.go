@@ -51,7 +51,9 @@ func init() {
 type Cloud struct {
 	lb     *loadBalancer
 	client kubernetes.Interface
-	stop   <-chan struct{}
+	// announcerClient writes the announcer annotation, with a rate limit of its own.
+	announcerClient kubernetes.Interface
+	stop            <-chan struct{}
 	// announcer is nil until this instance leads. The status page reads it from its own
 	// goroutines, and answers as a standby while it is nil.
 	announcer atomic.Pointer[announcerController]
@@ -74,6 +76,13 @@ func New(cfg *config.Config) *Cloud {
 func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
 	client := clientBuilder.ClientOrDie(component)
 	c.client, c.stop = client, stop
+	// The announcer's patches get a client, and so a client-side rate limit, of their own:
+	// a dead node that announced hundreds of Services needs that many patches at once, and
+	// each one waiting behind --kube-api-qps is a Service whose clients wait too. The
+	// API server's priority and fairness still bounds them.
+	announcerConfig := clientBuilder.ConfigOrDie(component + "-announcer")
+	announcerConfig.QPS, announcerConfig.Burst = max(announcerConfig.QPS, announcerQPS), max(announcerConfig.Burst, announcerBurst)
+	c.announcerClient = kubernetes.NewForConfigOrDie(announcerConfig)
 	broadcaster := record.NewBroadcaster(record.WithContext(wait.ContextForChannel(stop)))
 	broadcaster.StartStructuredLogging(3)
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -93,15 +102,23 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	c.lb.servicesSynced = services.Informer().HasSynced
 
 	a := newAnnouncerController(c.lb.cfg, factory)
-	a.client = c.client
+	a.client = c.announcerClient
 	a.recorder = c.lb.recorder
 	go a.Run(wait.ContextForChannel(c.stop), announcerWorkers)
 	c.announcer.Store(a)
 }
 
 // announcerWorkers is how many address groups are decided at once. Decisions are cheap;
-// the workers wait on their patches.
-const announcerWorkers = 4
+// the workers wait on their patches, so after a node failure this many patches are in
+// flight.
+const announcerWorkers = 16
+
+// The announcer client's rate limit: enough for a node failure's burst of patches, one per
+// Service the node announced, to go out without waiting.
+const (
+	announcerQPS   = 500
+	announcerBurst = 1000
+)
 
 // LoadBalancer returns the Service address allocator.
 func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return c.lb, true }
