@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,11 +49,12 @@ type options struct {
 	probeAddress   string
 	metricsAddress string
 	shutdownGrace  time.Duration
+	configReload   time.Duration
 	logs           *logsapi.LoggingConfiguration
 }
 
 func main() {
-	o := options{nodeName: os.Getenv("NODE_NAME"), metricsAddress: ":7475", shutdownGrace: 30 * time.Second, logs: logsapi.NewLoggingConfiguration()}
+	o := options{nodeName: os.Getenv("NODE_NAME"), metricsAddress: ":7475", shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, logs: logsapi.NewLoggingConfiguration()}
 	cmd := &cobra.Command{
 		Use:   "baremetal-agent",
 		Short: "Answer ARP and NDP for the Service addresses this node announces",
@@ -76,6 +78,7 @@ and answers the ccm's health probes.`,
 	fs.StringVar(&o.probeAddress, "probe-address", "", `UDP address of the health responder the ccm probes; ":<failover.agentPort of the cloud-config>" when empty.`)
 	fs.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "HTTP address serving /metrics, /healthz and /readyz.")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", o.shutdownGrace, "On SIGTERM, how long to keep answering, as draining, while Services still name this node.")
+	fs.DurationVar(&o.configReload, "cloud-config-reload-interval", o.configReload, "How often to check the cloud-config file for changes (a ConfigMap update reaches the file within a minute or so); a valid new file takes effect at once, an invalid one is logged and ignored.")
 	verflag.AddFlags(fs)
 	logsapi.AddFlags(o.logs, fs)
 	os.Exit(cli.Run(cmd))
@@ -146,6 +149,7 @@ func run(ctx context.Context, o options) error {
 			klog.ErrorS(err, "Health responder stopped")
 		}
 	}()
+	go reloadConfig(runCtx, o.cloudConfig, o.configReload, watcher)
 	speakerDone := make(chan error, 1)
 	go func() { speakerDone <- sp.Run(runCtx) }()
 	factory.Start(runCtx.Done())
@@ -167,6 +171,34 @@ func run(ctx context.Context, o options) error {
 	<-speakerDone
 	klog.InfoS("Agent stopped", "node", o.nodeName)
 	return nil
+}
+
+// reloadConfig checks the cloud-config file every interval and hands a changed, valid
+// one to the watcher: a pool removed from the file stops being announced without a
+// restart. An invalid file is reported and the last good one kept.
+func reloadConfig(ctx context.Context, path string, interval time.Duration, watcher *servicewatch.Watcher) {
+	last, _ := os.ReadFile(path)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		data, err := os.ReadFile(path)
+		if err != nil || bytes.Equal(data, last) {
+			continue
+		}
+		last = data
+		cfg, err := config.Parse(path, data)
+		if err != nil {
+			klog.ErrorS(err, "The cloud-config changed but is not valid; keeping the last good one", "path", path)
+			continue
+		}
+		klog.InfoS("The cloud-config changed; applying it", "path", path, "pools", len(cfg.Pools))
+		watcher.SetConfig(cfg)
+	}
 }
 
 // drain returns once no Service names this node, the grace period is over, or a second

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -52,7 +53,7 @@ func Metrics() []metrics.Registerable { return []metrics.Registerable{refusedAdd
 // Watcher computes what this node announces from the Services naming it.
 type Watcher struct {
 	node     string
-	cfg      *config.Config
+	cfg      atomic.Pointer[config.Config]
 	speaker  Applier
 	recorder record.EventRecorder
 
@@ -68,7 +69,6 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 	services := factory.Core().V1().Services()
 	w := &Watcher{
 		node:     node,
-		cfg:      cfg,
 		speaker:  speaker,
 		recorder: recorder,
 		informer: services.Informer(),
@@ -76,6 +76,7 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-agent-services"}),
 	}
+	w.cfg.Store(cfg)
 	if err := w.informer.AddIndexers(cache.Indexers{byAnnouncer: func(obj any) ([]string, error) {
 		if svc, ok := obj.(*v1.Service); ok && svc.Annotations[annotation.Announcer] != "" {
 			return []string{svc.Annotations[annotation.Announcer]}, nil
@@ -109,6 +110,13 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 		},
 	})
 	return w, err
+}
+
+// SetConfig replaces the cloud-config, for a file that changed: an address of a pool that
+// is gone is withdrawn at once.
+func (w *Watcher) SetConfig(cfg *config.Config) {
+	w.cfg.Store(cfg)
+	w.queue.Add(everything)
 }
 
 // HasSynced reports whether the Service cache has synced: before that, nothing is
@@ -163,7 +171,7 @@ func (w *Watcher) sync() error {
 	for _, o := range objs {
 		services = append(services, o.(*v1.Service))
 	}
-	addrs, refused := desired.Compute(w.node, services, w.cfg)
+	addrs, refused := desired.Compute(w.node, services, w.cfg.Load())
 	w.speaker.Apply(addrs)
 
 	if !slices.Equal(refused, w.refused) {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -281,4 +283,41 @@ func TestUnicastRefresh(t *testing.T) {
 			t.Errorf("%s: the agent counted no request (%s before and after): someone else answered the probe", addr, after)
 		}
 	}
+}
+
+// TestPoolRemovedFromConfig checks that an address stops being announced when its pool
+// leaves the cloud-config file, without a restart, and comes back with it.
+func TestPoolRemovedFromConfig(t *testing.T) {
+	c := newCluster(t, 1)
+	node1 := c.Net.Nodes[0]
+	svc := c.createService(t, "config", vip4)
+	c.setAnnouncer(t, svc, node1.Label)
+	c.waitReach(t, vip4, node1.Label)
+
+	original, err := os.ReadFile(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without := strings.Replace(string(original), "- name: e2e\n", "- name: e2e-moved\n", 1)
+	without = strings.Replace(without, "198.18.0.100-198.18.0.150", "198.18.0.160-198.18.0.170", 1)
+	if err := os.WriteFile(c.Config, []byte(without), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.metric(t, node1, `baremetal_agent_refused_addresses{reason="NotInPool"}`) == "1", nil
+	})
+	if err != nil {
+		t.Fatalf("the agent still announces %s after its pool left the cloud-config", vip4)
+	}
+	if err := c.Net.Client.FlushNeighbors(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Net.Client.Ping(vip4, time.Second); err == nil {
+		t.Errorf("client reached %s, whose pool is gone", vip4)
+	}
+
+	if err := os.WriteFile(c.Config, original, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.waitReach(t, vip4, node1.Label)
 }

@@ -161,7 +161,7 @@ func (c *Cluster) kubeconfig(cfg *rest.Config, name string) (string, error) {
 func (c *Cluster) StartAgent(h *netns.Host) (*process.Process, error) {
 	p, err := process.StartCmd(h.Label+" agent", h.Command(context.Background(), c.agentBinary,
 		"--node-name="+h.Label, "--kubeconfig="+c.agentKubeconfig, "--cloud-config="+c.Config,
-		"--metrics-address="+agentMetrics, "--shutdown-grace-period=2s", "-v=2"))
+		"--metrics-address="+agentMetrics, "--shutdown-grace-period=2s", "--cloud-config-reload-interval=200ms", "-v=2"))
 	if err != nil {
 		return nil, err
 	}
