@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -294,6 +295,11 @@ func TestPoolRemovedFromConfig(t *testing.T) {
 	c.setAnnouncer(t, svc, node1.Label)
 	c.waitReach(t, vip4, node1.Label)
 
+	refused := func() int {
+		n, _ := strconv.Atoi(c.metric(t, node1, `baremetal_agent_refused_addresses{reason="NotInPool"}`))
+		return n
+	}
+	before := refused()
 	original, err := os.ReadFile(c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +310,7 @@ func TestPoolRemovedFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return c.metric(t, node1, `baremetal_agent_refused_addresses{reason="NotInPool"}`) == "1", nil
+		return refused() == before+1, nil
 	})
 	if err != nil {
 		t.Fatalf("the agent still announces %s after its pool left the cloud-config", vip4)

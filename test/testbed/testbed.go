@@ -20,7 +20,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -77,6 +79,9 @@ func New(ctx context.Context, cp *controlplane.ControlPlane, n int, cloudConfig,
 	if c.Admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		return nil, err
 	}
+	// Run last: with the ccm stopped, the Services it handled keep their finalizer, and
+	// the next testbed's agents would still see them name node1.
+	c.closers = append(c.closers, c.deleteServices)
 	manifests, err := install.ManifestsDir()
 	if err != nil {
 		return nil, err
@@ -285,6 +290,33 @@ func (c *Cluster) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deleteServices deletes every LoadBalancer Service, finalizers and all, so that a
+// testbed built on the same control plane later starts from none. A control plane that
+// is gone has none to delete.
+func (c *Cluster) deleteServices() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	for _, svc := range list.Items {
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		if len(svc.Finalizers) > 0 {
+			patch := []byte(`{"metadata":{"finalizers":null}}`)
+			if _, err := c.Admin.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("remove the finalizers of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+			}
+		}
+		if err := c.Admin.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete Service %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
+	}
+	return nil
 }
 
 // Processes returns every process the testbed started, for logs.
