@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/provider"
 )
 
 // startServiceController runs the upstream service controller on a Service informer of its
@@ -45,10 +46,11 @@ func startServiceController(initContext app.ControllerInitContext, completed *cl
 	}
 }
 
-// withoutAnnouncer is an informer transform that drops the announcer annotation.
+// withoutAnnouncer is an informer transform that drops the announcer annotation, and the
+// managedFields the service controller never reads.
 func withoutAnnouncer(obj any) (any, error) {
 	if svc, ok := obj.(*v1.Service); ok {
 		delete(svc.Annotations, annotation.Announcer)
 	}
-	return obj, nil
+	return provider.StripManagedFields(obj)
 }

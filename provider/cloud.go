@@ -9,11 +9,13 @@ import (
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
@@ -97,6 +99,17 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 // SetInformers gives the provider the Service cache it rebuilds the allocator from, and
 // starts the announcer controller on the same caches.
 func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
+	// Nothing here reads managedFields, and they are often the larger part of an object:
+	// leaving them out of the caches halves what thousands of Services cost in memory.
+	for _, inf := range []cache.SharedIndexInformer{
+		factory.Core().V1().Services().Informer(),
+		factory.Core().V1().Nodes().Informer(),
+		factory.Discovery().V1().EndpointSlices().Informer(),
+	} {
+		if err := inf.SetTransform(StripManagedFields); err != nil {
+			klog.InfoS("Informer already started; its objects keep their managedFields", "err", err)
+		}
+	}
 	services := factory.Core().V1().Services()
 	c.lb.services = services.Lister()
 	c.lb.servicesSynced = services.Informer().HasSynced
@@ -144,3 +157,12 @@ func (c *Cloud) ProviderName() string { return Name }
 // HasClusterID reports true: a bare-metal cluster has no cloud resources to tag, so there
 // is nothing a cluster ID would tell apart.
 func (c *Cloud) HasClusterID() bool { return true }
+
+// StripManagedFields is an informer transform that drops an object's managedFields, which
+// the provider never reads.
+func StripManagedFields(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
+}
