@@ -123,9 +123,19 @@ type agentProbe struct {
 func newProber(cfg config.Failover, nodes coreinformers.NodeInformer) *prober {
 	p := &prober{cfg: cfg, nodes: nodes.Lister(), agents: map[string]*agentProbe{}}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.reconcile() },
-		UpdateFunc: func(any, any) { p.reconcile() },
-		DeleteFunc: func(any) { p.reconcile() },
+		AddFunc:    p.syncNode,
+		UpdateFunc: func(_, cur any) { p.syncNode(cur) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if n, ok := obj.(*v1.Node); ok {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				p.forget(n.Name)
+				delete(p.pending, n.Name)
+			}
+		},
 	})
 	if err != nil {
 		panic(err)
@@ -170,7 +180,9 @@ func (p *prober) Run(ctx context.Context) {
 		p.pending[n.Name] = true
 	}
 	p.mu.Unlock()
-	p.reconcile()
+	for _, n := range nodes {
+		p.syncNode(n)
+	}
 	<-ctx.Done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -179,65 +191,44 @@ func (p *prober) Run(ctx context.Context) {
 	}
 }
 
-// forget stops probing a node. p.mu is held.
+// forget stops probing a node, if it is probed. p.mu is held.
 func (p *prober) forget(node string) {
 	a := p.agents[node]
+	if a == nil {
+		return
+	}
 	a.cancel()
 	agentsByState.WithLabelValues(a.state.String()).Dec()
 	delete(p.agents, node)
 }
 
-// reconcile starts probing new nodes and nodes whose address changed, and stops probing
-// nodes that are gone.
-func (p *prober) reconcile() {
-	nodes, err := p.nodes.List(labels.Everything())
-	if err != nil {
+// syncNode starts probing a node, or probing it at its new address. Before Run, it does
+// nothing: Run starts every node.
+func (p *prober) syncNode(obj any) {
+	n, ok := obj.(*v1.Node)
+	if !ok {
 		return
 	}
+	addr, ok := agentAddress(n, p.cfg.AgentPort)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ctx == nil || p.ctx.Err() != nil {
 		return
 	}
-	seen := map[string]bool{}
-	for _, n := range nodes {
-		seen[n.Name] = true
-		addr, ok := agentAddress(n, p.cfg.AgentPort)
-		if a := p.agents[n.Name]; a != nil {
-			if a.addr == addr {
-				continue
-			}
-			p.forget(n.Name)
-		}
-		if !ok {
-			klog.InfoS("Node has no InternalIP to probe its agent at; it announces nothing", "node", n.Name)
-			p.settle(n.Name, AgentDown)
-			continue
-		}
-		ctx, cancel := context.WithCancel(p.ctx)
-		a := &agentProbe{addr: addr, cancel: cancel}
-		p.agents[n.Name] = a
-		agentsByState.WithLabelValues(AgentUnknown.String()).Inc()
-		go p.probe(ctx, n.Name, a)
+	if a := p.agents[n.Name]; a != nil && a.addr == addr {
+		return
 	}
-	for name := range p.agents {
-		if !seen[name] {
-			p.forget(name)
-			delete(p.pending, name)
-		}
+	p.forget(n.Name)
+	if !ok {
+		klog.InfoS("Node has no InternalIP to probe its agent at; it announces nothing", "node", n.Name)
+		delete(p.pending, n.Name)
+		return
 	}
-	for name := range p.pending {
-		if !seen[name] {
-			delete(p.pending, name)
-		}
-	}
-}
-
-// settle records a node's first verdict. p.mu is held.
-func (p *prober) settle(node string, s AgentState) {
-	if s != AgentUnknown {
-		delete(p.pending, node)
-	}
+	ctx, cancel := context.WithCancel(p.ctx)
+	a := &agentProbe{addr: addr, cancel: cancel}
+	p.agents[n.Name] = a
+	agentsByState.WithLabelValues(AgentUnknown.String()).Inc()
+	go p.probe(ctx, n.Name, a)
 }
 
 // agentAddress returns where node's agent answers: its first InternalIP.
@@ -261,7 +252,7 @@ func (p *prober) probe(ctx context.Context, node string, a *agentProbe) {
 	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		klog.ErrorS(err, "Cannot probe agent", "node", node, "address", addr)
-		p.record(node, missed, 0)
+		p.transition(node, a, AgentDown, missed, 0)
 		return
 	}
 	context.AfterFunc(ctx, func() { conn.Close() })
@@ -307,7 +298,7 @@ func (p *prober) probe(ctx context.Context, node string, a *agentProbe) {
 			a.lastAnswer.Store(now.UnixNano())
 		}
 		if health.observe(o, p.cfg.FailureThreshold) {
-			p.transition(node, health.state, o, rtt)
+			p.transition(node, a, health.state, o, rtt)
 		} else if health.misses == 1 {
 			klog.V(4).InfoS("Agent missed a probe", "node", node, "outcome", o)
 		}
@@ -356,18 +347,18 @@ func refusedOr(err error, o outcome) outcome {
 	return o
 }
 
-// transition records an agent's new state and tells the listeners.
-func (p *prober) transition(node string, s AgentState, o outcome, rtt time.Duration) {
+// transition records the new state of a node's agent as probe a found it, and tells the
+// listeners. A probe replaced meanwhile (the node gone, or at a new address) has no say.
+func (p *prober) transition(node string, a *agentProbe, s AgentState, o outcome, rtt time.Duration) {
 	p.mu.Lock()
-	a := p.agents[node]
-	if a == nil {
+	if p.agents[node] != a {
 		p.mu.Unlock()
 		return
 	}
 	agentsByState.WithLabelValues(a.state.String()).Dec()
 	agentsByState.WithLabelValues(s.String()).Inc()
 	a.state = s
-	p.settle(node, s)
+	delete(p.pending, node)
 	listeners := p.listeners
 	p.mu.Unlock()
 	agentTransitions.WithLabelValues(s.String()).Inc()
@@ -397,11 +388,6 @@ func (p *prober) probedAgents() map[string]probed {
 		out[node] = pr
 	}
 	return out
-}
-
-// record is transition for a probe that cannot run at all.
-func (p *prober) record(node string, o outcome, rtt time.Duration) {
-	p.transition(node, AgentDown, o, rtt)
 }
 
 // String names an outcome for logs.

@@ -186,6 +186,14 @@ func (r *Responder) Announce(addr netip.Addr) error {
 // Serve answers requests until Close, and then returns nil.
 func (r *Responder) Serve() error {
 	buf := make([]byte, r.ifi.MTU+64)
+	// Counted here, once a request has passed every other check: one for an owned address.
+	owns := func(a netip.Addr) bool {
+		if r.Owns(a) {
+			r.requests.Add(1)
+			return true
+		}
+		return false
+	}
 	for {
 		n, _, err := r.conn.ReadFrom(buf)
 		if errors.Is(err, net.ErrClosed) {
@@ -196,13 +204,6 @@ func (r *Responder) Serve() error {
 		}
 		var reply []byte
 		var ok bool
-		owns := func(a netip.Addr) bool {
-			if r.Owns(a) {
-				r.requests.Add(1)
-				return true
-			}
-			return false
-		}
 		if r.ipv6 {
 			reply, ok = NDPReply(buf[:n], r.ifi.HardwareAddr, r.src, owns)
 		} else {

@@ -1,6 +1,8 @@
 package speaker
 
 import (
+	"net/netip"
+
 	"k8s.io/component-base/metrics"
 )
 
@@ -34,7 +36,7 @@ func (s *Speaker) Stats() Stats {
 	defer s.mu.Unlock()
 	var st Stats
 	st.Unplaced = len(s.unplaced)
-	owned := [2]map[string]bool{{}, {}}
+	owned := [2]map[netip.Addr]bool{{}, {}}
 	for f := range st.Packets {
 		st.Packets[f].Requests = s.retired[f].Requests
 		st.Packets[f].Answered = s.retired[f].Answered
@@ -47,7 +49,7 @@ func (s *Speaker) Stats() Stats {
 		st.Packets[f].Answered += rs.Answered
 		st.Packets[f].Gratuitous += rs.Gratuitous
 		for _, a := range r.owned {
-			owned[f][a.String()] = true
+			owned[f][a] = true
 		}
 	}
 	st.Owned = [2]int{len(owned[ipv4]), len(owned[ipv6])}
