@@ -6,6 +6,8 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // Assign gives req.Service the addresses req asks for and returns them in the order of
@@ -57,7 +59,7 @@ func checkRequest(req *Request) error {
 		if !addr.IsValid() || addr.Zone() != "" || addr.Is4In6() {
 			return &InvalidRequestError{Reason: fmt.Sprintf("address %q cannot be a Service address", addr)}
 		}
-		f := FamilyOf(addr)
+		f := iprange.FamilyOf(addr)
 		if seen[f] {
 			return &InvalidRequestError{Reason: fmt.Sprintf("more than one %s address requested", f)}
 		}
@@ -71,7 +73,7 @@ func checkRequest(req *Request) error {
 
 // choose picks the address of family f for req. A fresh address comes from a span and is
 // already counted as taken there.
-func (a *Allocator) choose(req *Request, f Family, old *holder) (addr netip.Addr, fresh bool, err error) {
+func (a *Allocator) choose(req *Request, f iprange.Family, old *holder) (addr netip.Addr, fresh bool, err error) {
 	var group netip.Addr
 	if req.SharingKey != "" {
 		if g, ok := a.groups[groupKey{req.SharingKey, f}]; ok && a.heldByOthers(g, req.Service) {
@@ -79,7 +81,7 @@ func (a *Allocator) choose(req *Request, f Family, old *holder) (addr netip.Addr
 		}
 	}
 	for _, want := range req.Addresses {
-		if FamilyOf(want) != f {
+		if iprange.FamilyOf(want) != f {
 			continue
 		}
 		if group.IsValid() && group != want {
@@ -128,7 +130,7 @@ func (a *Allocator) usable(req *Request, addr netip.Addr) error {
 
 // allocate takes the lowest free address of family f from the pool req names, or else from
 // the first auto-assign pool that admits the Service and has one.
-func (a *Allocator) allocate(req *Request, f Family) (netip.Addr, error) {
+func (a *Allocator) allocate(req *Request, f iprange.Family) (netip.Addr, error) {
 	taken := func(addr netip.Addr) bool { _, ok := a.owners[keyOf(addr)]; return ok }
 	if req.Pool != "" {
 		p := a.byName[req.Pool]
@@ -221,7 +223,7 @@ func (a *Allocator) attach(h *holder, addr netip.Addr, taken bool) {
 		}
 	}
 	if h.share != nil {
-		a.groups[groupKey{h.share.key, FamilyOf(addr)}] = addr
+		a.groups[groupKey{h.share.key, iprange.FamilyOf(addr)}] = addr
 	}
 }
 
@@ -233,7 +235,7 @@ func (a *Allocator) detach(h *holder, addr netip.Addr) {
 			delete(a.owners, keyOf(addr))
 			a.spanOf(addr).free(addr)
 			if h.share != nil {
-				k := groupKey{h.share.key, FamilyOf(addr)}
+				k := groupKey{h.share.key, iprange.FamilyOf(addr)}
 				if a.groups[k] == addr {
 					delete(a.groups, k)
 				}
@@ -262,12 +264,12 @@ func (a *Allocator) swap(addr netip.Addr, old, h *holder) {
 	// A sharing key can only change on an address nobody else holds, so the old key's
 	// group is gone with it.
 	if old.share != nil && (h.share == nil || h.share.key != old.share.key) {
-		if k := (groupKey{old.share.key, FamilyOf(addr)}); a.groups[k] == addr {
+		if k := (groupKey{old.share.key, iprange.FamilyOf(addr)}); a.groups[k] == addr {
 			delete(a.groups, k)
 		}
 	}
 	if h.share != nil {
-		a.groups[groupKey{h.share.key, FamilyOf(addr)}] = addr
+		a.groups[groupKey{h.share.key, iprange.FamilyOf(addr)}] = addr
 	}
 }
 
@@ -365,7 +367,7 @@ func (a *Allocator) Restore(assignments []Assignment) error {
 		h := &holder{service: as.Service, share: newSharing(as.SharingKey, as.Ports)}
 		req := Request{Service: as.Service, SharingKey: as.SharingKey, Ports: as.Ports}
 		for _, addr := range as.Addresses {
-			f := FamilyOf(addr)
+			f := iprange.FamilyOf(addr)
 			switch err := a.restorable(&req, addr); {
 			case h.addrs[f].IsValid():
 				errs = append(errs, fmt.Errorf("%s: %w", as.Service, &InvalidRequestError{Reason: fmt.Sprintf("holds both %s and %s", h.addrs[f], addr)}))
@@ -414,11 +416,11 @@ func (a *Allocator) Stats() []Stats {
 			}
 			used := big.NewInt(int64(s.used))
 			out = append(out, Stats{
-				Pool:   p.cfg.Name,
-				Family: Family(f),
-				Size:   new(big.Int).Set(s.size),
-				Used:   s.used,
-				Free:   used.Sub(s.size, used),
+				Pool:           p.cfg.Name,
+				Family: iprange.Family(f),
+				Size:           new(big.Int).Set(s.size),
+				Used:           s.used,
+				Free:           used.Sub(s.size, used),
 			})
 		}
 	}

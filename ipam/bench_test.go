@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 const benchAllocated = 100_000
@@ -14,10 +15,10 @@ const benchAllocated = 100_000
 var benchPools = []struct {
 	name   string
 	cidr   string
-	family Family
+	family iprange.Family
 }{
-	{"ipv6-64", "2001:db8::/64", IPv6},
-	{"ipv4-12", "10.16.0.0/12", IPv4},
+	{"ipv6-64", "2001:db8::/64", iprange.IPv6},
+	{"ipv4-12", "10.16.0.0/12", iprange.IPv4},
 }
 
 func serviceNames(n int) []string {
@@ -37,7 +38,7 @@ func BenchmarkAssign(b *testing.B) {
 			retained := retainedPerAddress(b, pools, bp.family)
 			names := serviceNames(benchAllocated)
 			a := New(pools)
-			req := Request{Namespace: "default", Families: []Family{bp.family}}
+			req := Request{Namespace: "default", Families: []iprange.Family{bp.family}}
 			n := 0
 			b.ReportAllocs()
 			for b.Loop() {
@@ -65,7 +66,7 @@ func BenchmarkChurn(b *testing.B) {
 		b.Run(bp.name, func(b *testing.B) {
 			a := New([]config.Pool{testPool(b, "p", bp.cidr)})
 			names := serviceNames(benchAllocated)
-			req := Request{Namespace: "default", Families: []Family{bp.family}}
+			req := Request{Namespace: "default", Families: []iprange.Family{bp.family}}
 			for _, name := range names {
 				req.Service = name
 				if _, err := a.Assign(req); err != nil {
@@ -87,13 +88,13 @@ func BenchmarkChurn(b *testing.B) {
 
 // retainedPerAddress allocates 100,000 addresses to Services with names built after the
 // first measurement, so their bytes count too, and returns the heap growth per address.
-func retainedPerAddress(b *testing.B, pools []config.Pool, family Family) float64 {
+func retainedPerAddress(b *testing.B, pools []config.Pool, family iprange.Family) float64 {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	a := New(pools)
 	names := serviceNames(benchAllocated)
-	req := Request{Namespace: "default", Families: []Family{family}}
+	req := Request{Namespace: "default", Families: []iprange.Family{family}}
 	for _, name := range names {
 		req.Service = name
 		if _, err := a.Assign(req); err != nil {

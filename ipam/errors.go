@@ -3,6 +3,8 @@ package ipam
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // UnknownPoolError is returned when a request names a pool the cloud-config does not define.
@@ -28,7 +30,7 @@ func (e *NotAllowedError) Error() string {
 // Pool is empty when the request named no pool and no auto-assign pool offers the family.
 type FamilyNotOfferedError struct {
 	Pool   string
-	Family Family
+	Family iprange.Family
 }
 
 func (e *FamilyNotOfferedError) Error() string {
@@ -42,7 +44,7 @@ func (e *FamilyNotOfferedError) Error() string {
 // the request named no pool and every auto-assign pool open to it is full.
 type ExhaustedError struct {
 	Pool   string
-	Family Family
+	Family iprange.Family
 }
 
 func (e *ExhaustedError) Error() string {

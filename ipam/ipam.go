@@ -19,30 +19,6 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
-// Family is an IP address family.
-type Family uint8
-
-// The address families, usable as indexes.
-const (
-	IPv4 Family = iota
-	IPv6
-)
-
-func (f Family) String() string {
-	if f == IPv4 {
-		return "IPv4"
-	}
-	return "IPv6"
-}
-
-// FamilyOf returns the family of a.
-func FamilyOf(a netip.Addr) Family {
-	if a.Is4() {
-		return IPv4
-	}
-	return IPv6
-}
-
 // Port is a port a Service exposes. Services that share an address must not repeat one.
 type Port struct {
 	Protocol string
@@ -61,7 +37,7 @@ type Request struct {
 	// Pool restricts the request to one pool; empty lets the allocator choose.
 	Pool string
 	// Families lists the families wanted, one address each, in the order returned.
-	Families []Family
+	Families []iprange.Family
 	// Addresses are exact addresses wanted, at most one per family in Families.
 	// A family without one gets the lowest free address.
 	Addresses []netip.Addr
@@ -83,7 +59,7 @@ type Assignment struct {
 // Stats are the figures of one family of one pool. Size and Free are exact for any pool.
 type Stats struct {
 	Pool   string
-	Family Family
+	Family iprange.Family
 	Size   *big.Int
 	Used   int
 	Free   *big.Int
@@ -105,13 +81,13 @@ type Allocator struct {
 
 type pool struct {
 	cfg   *config.Pool
-	spans [2]*span // by Family; nil when the pool has none of that family
+	spans [2]*span // by family; nil when the pool has none of that family
 }
 
 // holder is one Service's claim. It is replaced, never changed, when the claim changes.
 type holder struct {
 	service string
-	addrs   [2]netip.Addr // by Family; the zero Addr when none
+	addrs   [2]netip.Addr // by family; the zero Addr when none
 	share   *sharing      // nil for a Service without a sharing key
 }
 
@@ -131,7 +107,7 @@ func keyOf(a netip.Addr) addrKey { return a.As16() }
 
 type groupKey struct {
 	key    string
-	family Family
+	family iprange.Family
 }
 
 // New returns an empty allocator over pools, which must have passed config validation
@@ -151,7 +127,7 @@ func (a *Allocator) reset() {
 		p := &pool{cfg: cfg}
 		var byFamily [2][]iprange.Range
 		for _, r := range cfg.Ranges {
-			f := FamilyOf(r.First)
+			f := iprange.FamilyOf(r.First)
 			byFamily[f] = append(byFamily[f], r)
 		}
 		for f, ranges := range byFamily {

@@ -31,7 +31,7 @@ func testPool(t testing.TB, name string, addresses ...string) config.Pool {
 }
 
 func v4(service string) Request {
-	return Request{Service: service, Namespace: "default", Families: []Family{IPv4}}
+	return Request{Service: service, Namespace: "default", Families: []iprange.Family{iprange.IPv4}}
 }
 
 func addrs(ss ...string) []netip.Addr {
@@ -61,7 +61,7 @@ func TestLowestFreeAcrossRanges(t *testing.T) {
 	}
 	_, err := a.Assign(v4("svc-4"))
 	var exhausted *ExhaustedError
-	if !errors.As(err, &exhausted) || exhausted.Family != IPv4 {
+	if !errors.As(err, &exhausted) || exhausted.Family != iprange.IPv4 {
 		t.Fatalf("fifth Assign: got %v, want ExhaustedError for IPv4", err)
 	}
 	if got, want := err.Error(), "every auto-assign pool open to this Service has run out of IPv4 addresses"; got != want {
@@ -86,7 +86,7 @@ func TestAvoidBuggyIPs(t *testing.T) {
 		t.Errorf("stats = size %v used %d free %v, want 2 2 0", st.Size, st.Used, st.Free)
 	}
 	// Asked for by name, an edge address may still be held, but is never reused on its own.
-	mustAssign(t, a, Request{Service: "d", Families: []Family{IPv4}, Addresses: addrs("10.0.0.255")}, "10.0.0.255")
+	mustAssign(t, a, Request{Service: "d", Families: []iprange.Family{iprange.IPv4}, Addresses: addrs("10.0.0.255")}, "10.0.0.255")
 	a.Release("d")
 	if _, err := a.Assign(v4("e")); !errors.As(err, new(*ExhaustedError)) {
 		t.Fatalf("got %v, want ExhaustedError after releasing an edge address", err)
@@ -95,12 +95,12 @@ func TestAvoidBuggyIPs(t *testing.T) {
 
 func TestIPv6(t *testing.T) {
 	a := New([]config.Pool{testPool(t, "p", "2001:db8::/48", "198.51.100.0/24")})
-	req := Request{Service: "a", Families: []Family{IPv6}}
+	req := Request{Service: "a", Families: []iprange.Family{iprange.IPv6}}
 	mustAssign(t, a, req, "2001:db8::")
 	req.Service = "b"
 	mustAssign(t, a, req, "2001:db8::1")
 	for _, st := range a.Stats() {
-		if st.Family != IPv6 {
+		if st.Family != iprange.IPv6 {
 			continue
 		}
 		size := new(big.Int).Lsh(big.NewInt(1), 80)
@@ -127,57 +127,57 @@ func TestRefusals(t *testing.T) {
 		msg  string
 	}{{
 		name: "unknown pool",
-		req:  Request{Service: "default/x", Namespace: "default", Pool: "nope", Families: []Family{IPv4}},
+		req:  Request{Service: "default/x", Namespace: "default", Pool: "nope", Families: []iprange.Family{iprange.IPv4}},
 		want: &UnknownPoolError{Pool: "nope"},
 		msg:  `pool "nope" is not defined in the cloud-config`,
 	}, {
 		name: "pool not allowed for namespace",
-		req:  Request{Service: "default/x", Namespace: "default", Pool: "team", Families: []Family{IPv4}},
+		req:  Request{Service: "default/x", Namespace: "default", Pool: "team", Families: []iprange.Family{iprange.IPv4}},
 		want: &NotAllowedError{Pool: "team", Namespace: "default"},
 		msg:  `pool "team" does not allow Services in namespace "default" with these labels (see its namespaces and serviceSelector)`,
 	}, {
 		name: "pool not allowed by selector",
-		req:  Request{Service: "default/x", Namespace: "default", Labels: labels.Set{"tier": "internal"}, Pool: "public", Families: []Family{IPv4}},
+		req:  Request{Service: "default/x", Namespace: "default", Labels: labels.Set{"tier": "internal"}, Pool: "public", Families: []iprange.Family{iprange.IPv4}},
 		want: &NotAllowedError{Pool: "public", Namespace: "default"},
 		msg:  `pool "public" does not allow Services in namespace "default" with these labels (see its namespaces and serviceSelector)`,
 	}, {
 		name: "requested address in a pool that does not admit the Service",
-		req:  Request{Service: "default/x", Namespace: "default", Families: []Family{IPv4}, Addresses: addrs("203.0.113.1")},
+		req:  Request{Service: "default/x", Namespace: "default", Families: []iprange.Family{iprange.IPv4}, Addresses: addrs("203.0.113.1")},
 		want: &NotAllowedError{Pool: "team", Namespace: "default"},
 		msg:  `pool "team" does not allow Services in namespace "default" with these labels (see its namespaces and serviceSelector)`,
 	}, {
 		name: "family not offered by named pool",
-		req:  Request{Service: "default/x", Namespace: "default", Pool: "open", Families: []Family{IPv6}},
-		want: &FamilyNotOfferedError{Pool: "open", Family: IPv6},
+		req:  Request{Service: "default/x", Namespace: "default", Pool: "open", Families: []iprange.Family{iprange.IPv6}},
+		want: &FamilyNotOfferedError{Pool: "open", Family: iprange.IPv6},
 		msg:  `pool "open" has no IPv6 addresses`,
 	}, {
 		name: "family not offered by any auto-assign pool open to the Service",
-		req:  Request{Service: "default/x", Namespace: "default", Families: []Family{IPv6}},
-		want: &FamilyNotOfferedError{Family: IPv6},
+		req:  Request{Service: "default/x", Namespace: "default", Families: []iprange.Family{iprange.IPv6}},
+		want: &FamilyNotOfferedError{Family: iprange.IPv6},
 		msg:  `no auto-assign pool open to this Service has IPv6 addresses`,
 	}, {
 		name: "address outside every pool",
-		req:  Request{Service: "default/x", Namespace: "default", Families: []Family{IPv4}, Addresses: addrs("10.1.2.3")},
+		req:  Request{Service: "default/x", Namespace: "default", Families: []iprange.Family{iprange.IPv4}, Addresses: addrs("10.1.2.3")},
 		want: &NotInPoolError{Addr: netip.MustParseAddr("10.1.2.3")},
 		msg:  `address 10.1.2.3 is not in any pool of the cloud-config`,
 	}, {
 		name: "address outside the named pool",
-		req:  Request{Service: "default/x", Namespace: "default", Pool: "open", Families: []Family{IPv4}, Addresses: addrs("192.0.2.1")},
+		req:  Request{Service: "default/x", Namespace: "default", Pool: "open", Families: []iprange.Family{iprange.IPv4}, Addresses: addrs("192.0.2.1")},
 		want: &NotInPoolError{Addr: netip.MustParseAddr("192.0.2.1"), Pool: "open"},
 		msg:  `address 192.0.2.1 is not in pool "open"`,
 	}, {
 		name: "address in use",
-		req:  Request{Service: "default/x", Namespace: "default", Families: []Family{IPv4}, Addresses: addrs("198.51.100.0")},
+		req:  Request{Service: "default/x", Namespace: "default", Families: []iprange.Family{iprange.IPv4}, Addresses: addrs("198.51.100.0")},
 		want: &InUseError{Addr: netip.MustParseAddr("198.51.100.0"), Holder: "default/holder"},
 		msg:  `address 198.51.100.0 is already assigned to default/holder`,
 	}, {
 		name: "address of a family the Service does not have",
-		req:  Request{Service: "default/x", Namespace: "default", Families: []Family{IPv4}, Addresses: addrs("2001:db8:1::1")},
+		req:  Request{Service: "default/x", Namespace: "default", Families: []iprange.Family{iprange.IPv4}, Addresses: addrs("2001:db8:1::1")},
 		want: &InvalidRequestError{Reason: "address 2001:db8:1::1 requested, but the Service has no IPv6 family"},
 		msg:  `invalid request: address 2001:db8:1::1 requested, but the Service has no IPv6 family`,
 	}, {
 		name: "two addresses of one family",
-		req:  Request{Service: "default/x", Namespace: "default", Families: []Family{IPv4}, Addresses: addrs("198.51.100.1", "198.51.100.2")},
+		req:  Request{Service: "default/x", Namespace: "default", Families: []iprange.Family{iprange.IPv4}, Addresses: addrs("198.51.100.1", "198.51.100.2")},
 		want: &InvalidRequestError{Reason: "more than one IPv4 address requested"},
 		msg:  `invalid request: more than one IPv4 address requested`,
 	}, {
@@ -227,19 +227,19 @@ func TestAutoAssignOffIsOnlyUsedWhenNamed(t *testing.T) {
 	req := v4("b")
 	req.Pool = "manual"
 	mustAssign(t, a, req, "192.0.2.0")
-	mustAssign(t, a, Request{Service: "c", Families: []Family{IPv4}, Addresses: addrs("192.0.2.1")}, "192.0.2.1")
+	mustAssign(t, a, Request{Service: "c", Families: []iprange.Family{iprange.IPv4}, Addresses: addrs("192.0.2.1")}, "192.0.2.1")
 }
 
 func TestDualStack(t *testing.T) {
 	a := New([]config.Pool{testPool(t, "p", "198.51.100.0/31", "2001:db8::/127")})
-	mustAssign(t, a, Request{Service: "a", Families: []Family{IPv6, IPv4}}, "2001:db8::", "198.51.100.0")
-	mustAssign(t, a, Request{Service: "b", Families: []Family{IPv4, IPv6}}, "198.51.100.1", "2001:db8::1")
-	mustAssign(t, a, Request{Service: "a", Families: []Family{IPv6, IPv4}}, "2001:db8::", "198.51.100.0")
+	mustAssign(t, a, Request{Service: "a", Families: []iprange.Family{iprange.IPv6, iprange.IPv4}}, "2001:db8::", "198.51.100.0")
+	mustAssign(t, a, Request{Service: "b", Families: []iprange.Family{iprange.IPv4, iprange.IPv6}}, "198.51.100.1", "2001:db8::1")
+	mustAssign(t, a, Request{Service: "a", Families: []iprange.Family{iprange.IPv6, iprange.IPv4}}, "2001:db8::", "198.51.100.0")
 	a.Release("b")
 
 	// IPv6 runs out: the IPv4 address taken first must go back.
-	mustAssign(t, a, Request{Service: "c", Families: []Family{IPv6}}, "2001:db8::1")
-	if _, err := a.Assign(Request{Service: "d", Families: []Family{IPv4, IPv6}}); !errors.As(err, new(*ExhaustedError)) {
+	mustAssign(t, a, Request{Service: "c", Families: []iprange.Family{iprange.IPv6}}, "2001:db8::1")
+	if _, err := a.Assign(Request{Service: "d", Families: []iprange.Family{iprange.IPv4, iprange.IPv6}}); !errors.As(err, new(*ExhaustedError)) {
 		t.Fatalf("got %v, want ExhaustedError", err)
 	}
 	if got := a.Addresses("d"); got != nil {
@@ -291,12 +291,12 @@ func TestIdempotentAndMoves(t *testing.T) {
 
 func TestSharing(t *testing.T) {
 	a := New([]config.Pool{testPool(t, "p", "198.51.100.0/30", "2001:db8::/126")})
-	web := Request{Service: "ns/web", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{"TCP", 80}}}
-	dns := Request{Service: "ns/dns", Families: []Family{IPv4, IPv6}, SharingKey: "k", Ports: []Port{{"UDP", 53}, {"TCP", 53}}}
+	web := Request{Service: "ns/web", Families: []iprange.Family{iprange.IPv4}, SharingKey: "k", Ports: []Port{{"TCP", 80}}}
+	dns := Request{Service: "ns/dns", Families: []iprange.Family{iprange.IPv4, iprange.IPv6}, SharingKey: "k", Ports: []Port{{"UDP", 53}, {"TCP", 53}}}
 	mustAssign(t, a, web, "198.51.100.0")
 	mustAssign(t, a, dns, "198.51.100.0", "2001:db8::")
 
-	other := Request{Service: "ns/other", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{"TCP", 8080}, {"TCP", 80}}}
+	other := Request{Service: "ns/other", Families: []iprange.Family{iprange.IPv4}, SharingKey: "k", Ports: []Port{{"TCP", 8080}, {"TCP", 80}}}
 	_, err := a.Assign(other)
 	if want := "cannot share address 198.51.100.0: ns/web already uses port 80/TCP"; err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %q", err, want)
@@ -327,12 +327,12 @@ func TestSharing(t *testing.T) {
 	mustAssign(t, a, v4("x"), "198.51.100.0")
 
 	// A lone Service may change its sharing key and keep its address; the old key is free.
-	lone := Request{Service: "ns/lone", Families: []Family{IPv6}, SharingKey: "old"}
+	lone := Request{Service: "ns/lone", Families: []iprange.Family{iprange.IPv6}, SharingKey: "old"}
 	mustAssign(t, a, lone, "2001:db8::")
 	lone.SharingKey = "new"
 	mustAssign(t, a, lone, "2001:db8::")
-	mustAssign(t, a, Request{Service: "ns/next", Families: []Family{IPv6}, SharingKey: "old"}, "2001:db8::1")
-	mustAssign(t, a, Request{Service: "ns/peer", Families: []Family{IPv6}, SharingKey: "new", Ports: []Port{{"TCP", 1}}}, "2001:db8::")
+	mustAssign(t, a, Request{Service: "ns/next", Families: []iprange.Family{iprange.IPv6}, SharingKey: "old"}, "2001:db8::1")
+	mustAssign(t, a, Request{Service: "ns/peer", Families: []iprange.Family{iprange.IPv6}, SharingKey: "new", Ports: []Port{{"TCP", 1}}}, "2001:db8::")
 }
 
 func TestRestore(t *testing.T) {
@@ -410,7 +410,7 @@ func TestAgainstModel(t *testing.T) {
 			}
 		case op < 5:
 			want := all[rnd.IntN(len(all))]
-			got, err := a.Assign(Request{Service: svc, Families: []Family{IPv4}, Addresses: []netip.Addr{want}})
+			got, err := a.Assign(Request{Service: svc, Families: []iprange.Family{iprange.IPv4}, Addresses: []netip.Addr{want}})
 			if h, ok := model[want]; ok && h != svc {
 				if err == nil {
 					t.Fatalf("step %d: %s got %v held by %s", step, svc, got, h)
@@ -465,7 +465,7 @@ func TestConcurrentAssign(t *testing.T) {
 	results := make([][]netip.Addr, n+1)
 	for i := range n + 1 {
 		wg.Go(func() {
-			got, err := a.Assign(Request{Service: fmt.Sprint("s", i), Families: []Family{IPv4, IPv6}})
+			got, err := a.Assign(Request{Service: fmt.Sprint("s", i), Families: []iprange.Family{iprange.IPv4, iprange.IPv6}})
 			if err == nil {
 				results[i] = got
 			} else if !errors.As(err, new(*ExhaustedError)) {

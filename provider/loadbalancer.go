@@ -22,6 +22,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // Event reasons recorded on Services.
@@ -182,7 +183,7 @@ func (lb *loadBalancer) assign(svc *v1.Service) ([]netip.Addr, error) {
 	var exhausted *ipam.ExhaustedError
 	if (errors.As(err, &notOffered) && notOffered.Family == req.Families[1]) || (errors.As(err, &exhausted) && exhausted.Family == req.Families[1]) {
 		req.Families = req.Families[:1]
-		req.Addresses = slices.DeleteFunc(req.Addresses, func(a netip.Addr) bool { return ipam.FamilyOf(a) != req.Families[0] })
+		req.Addresses = slices.DeleteFunc(req.Addresses, func(a netip.Addr) bool { return iprange.FamilyOf(a) != req.Families[0] })
 		return lb.alloc.Assign(req)
 	}
 	return nil, err

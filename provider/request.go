@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // FieldError is a Service field or annotation whose value cannot be used.
@@ -53,17 +54,17 @@ func requestFor(svc *v1.Service) (ipam.Request, error) {
 // familiesOf returns the families the Service's load balancer should have, in the order
 // of spec.ipFamilies. The API server always fills ipFamilies; the fallback to IPv4 is for
 // Services that reach us without it.
-func familiesOf(svc *v1.Service) ([]ipam.Family, error) {
+func familiesOf(svc *v1.Service) ([]iprange.Family, error) {
 	if len(svc.Spec.IPFamilies) == 0 {
-		return []ipam.Family{ipam.IPv4}, nil
+		return []iprange.Family{iprange.IPv4}, nil
 	}
-	var out []ipam.Family
+	var out []iprange.Family
 	for i, f := range svc.Spec.IPFamilies {
 		switch f {
 		case v1.IPv4Protocol:
-			out = append(out, ipam.IPv4)
+			out = append(out, iprange.IPv4)
 		case v1.IPv6Protocol:
-			out = append(out, ipam.IPv6)
+			out = append(out, iprange.IPv6)
 		default:
 			return nil, &FieldError{Field: fmt.Sprintf("spec.ipFamilies[%d]", i), Value: string(f), Reason: "not IPv4 or IPv6"}
 		}
@@ -76,7 +77,7 @@ func familiesOf(svc *v1.Service) ([]ipam.Family, error) {
 
 // requestedAddresses reads lb.baremetal.io/ips and spec.loadBalancerIP, which must agree
 // when both are set.
-func requestedAddresses(svc *v1.Service, families []ipam.Family) ([]netip.Addr, error) {
+func requestedAddresses(svc *v1.Service, families []iprange.Family) ([]netip.Addr, error) {
 	value, fromAnnotation := svc.Annotations[annotation.IPs]
 	field := annotation.IPs
 	if !fromAnnotation {
@@ -95,7 +96,7 @@ func requestedAddresses(svc *v1.Service, families []ipam.Family) ([]netip.Addr, 
 		case addr.Zone() != "" || addr.Is4In6():
 			return nil, &FieldError{Field: field, Value: value, Reason: fmt.Sprintf("%s cannot be a Service address", addr)}
 		}
-		f := ipam.FamilyOf(addr)
+		f := iprange.FamilyOf(addr)
 		if seen[f] {
 			return nil, &FieldError{Field: field, Value: value, Reason: fmt.Sprintf("more than one %s address", f)}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 func service(name string, policy v1.IPFamilyPolicy, families ...v1.IPFamily) *v1.Service {
@@ -38,7 +39,7 @@ func TestRequestFor(t *testing.T) {
 	}
 	want := ipam.Request{
 		Service: "ns/web", Namespace: "ns", Labels: svc.Labels, Pool: "edge",
-		Families:   []ipam.Family{ipam.IPv6, ipam.IPv4},
+		Families:   []iprange.Family{iprange.IPv6, iprange.IPv4},
 		Addresses:  []netip.Addr{netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("2001:db8::7")},
 		SharingKey: "shared", Ports: []ipam.Port{{Protocol: "TCP", Port: 80}},
 	}
@@ -49,7 +50,7 @@ func TestRequestFor(t *testing.T) {
 	single := service("single", v1.IPFamilyPolicySingleStack, v1.IPv6Protocol)
 	single.Spec.LoadBalancerIP = "2001:db8::9"
 	req, err = requestFor(single)
-	if err != nil || !slices.Equal(req.Families, []ipam.Family{ipam.IPv6}) || !slices.Equal(req.Addresses, []netip.Addr{netip.MustParseAddr("2001:db8::9")}) {
+	if err != nil || !slices.Equal(req.Families, []iprange.Family{iprange.IPv6}) || !slices.Equal(req.Addresses, []netip.Addr{netip.MustParseAddr("2001:db8::9")}) {
 		t.Errorf("single stack: %+v, %v", req, err)
 	}
 }
