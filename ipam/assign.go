@@ -416,11 +416,11 @@ func (a *Allocator) Stats() []Stats {
 			}
 			used := big.NewInt(int64(s.used))
 			out = append(out, Stats{
-				Pool:           p.cfg.Name,
+				Pool:   p.cfg.Name,
 				Family: iprange.Family(f),
-				Size:           new(big.Int).Set(s.size),
-				Used:           s.used,
-				Free:           used.Sub(s.size, used),
+				Size:   new(big.Int).Set(s.size),
+				Used:   s.used,
+				Free:   used.Sub(s.size, used),
 			})
 		}
 	}
