@@ -4,7 +4,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -139,6 +138,7 @@ func run(ctx context.Context, o options) error {
 	}
 	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), probe.NewCollector(responder))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
+	legacyregistry.MustRegister(config.Metrics()...)
 
 	// The speaker outlives the signal: on SIGTERM the agent drains, answering as before.
 	runCtx, stopRunning := context.WithCancel(context.Background())
@@ -149,7 +149,8 @@ func run(ctx context.Context, o options) error {
 			klog.ErrorS(err, "Health responder stopped")
 		}
 	}()
-	go reloadConfig(runCtx, o.cloudConfig, o.configReload, watcher)
+	// A pool removed from the file stops being announced without a restart.
+	go config.Watch(runCtx, o.cloudConfig, o.configReload, watcher.SetConfig)
 	speakerDone := make(chan error, 1)
 	go func() { speakerDone <- sp.Run(runCtx) }()
 	factory.Start(runCtx.Done())
@@ -171,34 +172,6 @@ func run(ctx context.Context, o options) error {
 	<-speakerDone
 	klog.InfoS("Agent stopped", "node", o.nodeName)
 	return nil
-}
-
-// reloadConfig checks the cloud-config file every interval and hands a changed, valid
-// one to the watcher: a pool removed from the file stops being announced without a
-// restart. An invalid file is reported and the last good one kept.
-func reloadConfig(ctx context.Context, path string, interval time.Duration, watcher *servicewatch.Watcher) {
-	last, _ := os.ReadFile(path)
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		data, err := os.ReadFile(path)
-		if err != nil || bytes.Equal(data, last) {
-			continue
-		}
-		last = data
-		cfg, err := config.Parse(path, data)
-		if err != nil {
-			klog.ErrorS(err, "The cloud-config changed but is not valid; keeping the last good one", "path", path)
-			continue
-		}
-		klog.InfoS("The cloud-config changed; applying it", "path", path, "pools", len(cfg.Pools))
-		watcher.SetConfig(cfg)
-	}
 }
 
 // drain returns once no Service names this node, the grace period is over, or a second

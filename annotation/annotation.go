@@ -1,6 +1,7 @@
-// Package annotation holds the Service annotations of cloud-provider-baremetal, shared by
-// the controller, which reads the user's and writes the announcer, and the agent, which
-// reads the announcer.
+// Package annotation holds the Service annotations of cloud-provider-baremetal, each with
+// its type, default and an example, and Parse, the one reader of what a Service asks of
+// the load balancer. The ccm (allocation, announcer, status) and the agent both decide from
+// Parse's Request, so that no two places read a Service differently.
 package annotation
 
 // Prefix starts every annotation of this project.
@@ -13,13 +14,41 @@ const (
 	// IPs lists the exact addresses wanted, comma-separated, at most one per family.
 	// spec.loadBalancerIP is honoured the same way.
 	IPs = Prefix + "ips"
-	// AllowSharedIP is a sharing key: Services with the same key and no port in common
-	// share one address, and so one announcing node.
+	// AllowSharedIP is a sharing key: Services of one namespace with the same key and no
+	// port in common share one address, and so one announcing node.
 	AllowSharedIP = Prefix + "allow-shared-ip"
+	// SharedIPNamespaces lists other namespaces, comma-separated, whose Services may share
+	// the address under the same AllowSharedIP key. Sharing across namespaces needs both
+	// sides: each Service must name the other's namespace.
+	SharedIPNamespaces = Prefix + "shared-ip-namespaces"
 	// PreferredNodes lists node names, comma-separated: the first eligible one announces.
 	PreferredNodes = Prefix + "preferred-nodes"
 )
 
-// Announcer is written by the controller only: the node that announces the Service's
-// addresses now.
+// Announcer is written by the ccm only: the node that announces the Service's addresses
+// now.
 const Announcer = Prefix + "announcer"
+
+// Spec documents one annotation. The README's reference is checked against Specs.
+type Spec struct {
+	// Key is the annotation's name.
+	Key string
+	// Type says what the value holds, as people write it.
+	Type string
+	// Default is what an absent annotation means.
+	Default string
+	// Example is a value as written on a Service.
+	Example string
+	// WrittenBy is "user" for the annotations a user sets, "ccm" for the ccm's own.
+	WrittenBy string
+}
+
+// Specs lists every annotation of the project.
+var Specs = []Spec{
+	{Key: Pool, Type: "pool name", Default: "the first auto-assign pool open to the Service", Example: "public", WrittenBy: "user"},
+	{Key: IPs, Type: "comma-separated IP addresses, at most one per family", Default: "the lowest free address of each family", Example: "192.0.2.10,2001:db8::10", WrittenBy: "user"},
+	{Key: AllowSharedIP, Type: "sharing key (any text)", Default: "the address is the Service's alone", Example: "web", WrittenBy: "user"},
+	{Key: SharedIPNamespaces, Type: "comma-separated namespace names", Default: "sharing stays within the Service's namespace", Example: "team-b", WrittenBy: "user"},
+	{Key: PreferredNodes, Type: "comma-separated node names, in order of preference", Default: "no preference", Example: "edge-1,edge-2", WrittenBy: "user"},
+	{Key: Announcer, Type: "node name", Default: "no node announces", Example: "node-a", WrittenBy: "ccm"},
+}

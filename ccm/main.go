@@ -1,12 +1,14 @@
 // Command baremetal-ccm is the cloud-controller-manager of cloud-provider-baremetal: the
 // upstream service controller, with the "baremetal" provider handing out addresses from
-// the pools of --cloud-config.
+// the pools of --cloud-config, and beside it the controllers that pick the node announcing
+// each address and keep the Services' status true.
 package main
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -23,9 +25,18 @@ import (
 	"k8s.io/component-base/version/verflag"
 	"k8s.io/klog/v2"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/announcer"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/lbstatus"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/provider"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/statuspage"
 )
+
+// flagValues are the flags of baremetal-ccm beyond the cloud-controller-manager's.
+type flagValues struct {
+	statusAddress string
+	configReload  time.Duration
+}
 
 func main() {
 	opts, err := options.NewCloudControllerManagerOptions()
@@ -44,27 +55,31 @@ func main() {
 	opts.Generic.ClientConnection.QPS = 100
 	opts.Generic.ClientConnection.Burst = 200
 
-	var flags cliflag.NamedFlagSets
 	// Loopback only by default: the page has no authentication. Operators reach it with
 	// kubectl port-forward.
-	statusAddress := "127.0.0.1:7476"
-	flags.FlagSet("baremetal").StringVar(&statusAddress, "status-address", statusAddress,
+	o := flagValues{statusAddress: "127.0.0.1:7476", configReload: 10 * time.Second}
+	var flags cliflag.NamedFlagSets
+	fs := flags.FlagSet("baremetal")
+	fs.StringVar(&o.statusAddress, "status-address", o.statusAddress,
 		"host:port to serve the read-only status page on (/ as HTML, /status.json), without authentication; empty disables it. A standby answers 503.")
+	fs.DurationVar(&o.configReload, "cloud-config-reload-interval", o.configReload,
+		"How often the leader checks the cloud-config file for changes; a valid new file takes effect at once, an invalid one is logged and the last good one kept.")
 
 	var cloud *provider.Cloud
+	page := statuspage.New()
 	cmd := app.NewCloudControllerManagerCommand(opts,
 		func(*cloudconfig.CompletedConfig) cloudprovider.Interface {
 			// Here rather than in PreRunE: logging is configured by now. Every replica
 			// serves, before leader election; a standby answers 503.
-			if statusAddress != "" {
-				if err := cloud.ServeStatus(statusAddress); err != nil {
+			if o.statusAddress != "" {
+				if err := page.Serve(o.statusAddress); err != nil {
 					klog.ErrorS(err, "Cannot serve the status page; set --status-address to another address, or to \"\" to disable it")
 					klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 				}
 			}
 			return cloud
 		},
-		controllers(), names.CCMControllerAliases(), flags, wait.NeverStop)
+		controllers(page, func() time.Duration { return o.configReload }), names.CCMControllerAliases(), flags, wait.NeverStop)
 	cmd.Use = "baremetal-ccm"
 	cmd.Long = `baremetal-ccm gives Services of type LoadBalancer addresses from the pools of its
 cloud-config, and picks the node that announces each address.`
@@ -92,13 +107,26 @@ func newCloud(name, configFile string) (*provider.Cloud, error) {
 	return provider.New(cfg), nil
 }
 
-// controllers returns the service controller alone: nodes and routes are not a bare-metal
-// provider's business.
-func controllers() map[string]app.ControllerInitFuncConstructor {
+// controllers returns the controllers of the ccm, each with the client name it is known
+// by in the API server's logs and metrics. They run on the leader only. Nodes and routes
+// are not a bare-metal provider's business.
+func controllers(page *statuspage.Page, reloadInterval func() time.Duration) map[string]app.ControllerInitFuncConstructor {
 	return map[string]app.ControllerInitFuncConstructor{
 		names.ServiceLBController: {
 			InitContext: app.ControllerInitContext{ClientName: "baremetal-service-controller"},
 			Constructor: startServiceController,
+		},
+		announcer.Name: {
+			InitContext: app.ControllerInitContext{ClientName: announcer.Name},
+			Constructor: startAnnouncer(page),
+		},
+		lbstatus.Name: {
+			InitContext: app.ControllerInitContext{ClientName: lbstatus.Name},
+			Constructor: startLBStatus,
+		},
+		configReloader: {
+			InitContext: app.ControllerInitContext{ClientName: configReloader},
+			Constructor: startConfigReloader(reloadInterval),
 		},
 	}
 }

@@ -134,29 +134,16 @@ func (p *Pool) Contains(a netip.Addr) bool {
 	return false
 }
 
-// HasFamily reports whether p offers any IPv4 address (ipv4 true) or any IPv6 address
-// (ipv4 false). With AvoidBuggyIPs, an IPv4 range made only of addresses ending in .0 and
-// .255 offers none.
-func (p *Pool) HasFamily(ipv4 bool) bool {
+// HasFamily reports whether p offers any address of family f. With AvoidBuggyIPs, an IPv4
+// range made only of addresses ending in .0 and .255 offers none.
+func (p *Pool) HasFamily(f iprange.Family) bool {
 	for _, r := range p.Ranges {
-		if r.Is4() != ipv4 {
+		if r.Family() != f {
 			continue
 		}
-		if !ipv4 || !p.AvoidBuggyIPs || hasGoodIPv4(r) {
+		if !p.AvoidBuggyIPs || r.Size().Cmp(big.NewInt(r.BuggyIPv4Count())) > 0 {
 			return true
 		}
 	}
 	return false
-}
-
-// hasGoodIPv4 reports whether r holds an address not ending in .0 or .255. Such addresses
-// come at most two in a row (x.255 then y.0), so any range of three addresses or more has
-// one, and a shorter range has one only at an end.
-func hasGoodIPv4(r iprange.Range) bool {
-	return !isBuggyIPv4(r.First) || !isBuggyIPv4(r.Last) || r.Size().Cmp(big.NewInt(2)) > 0
-}
-
-func isBuggyIPv4(a netip.Addr) bool {
-	last := a.As4()[3]
-	return last == 0 || last == 255
 }

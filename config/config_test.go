@@ -505,7 +505,7 @@ failover:
 		{
 			name: "a value with a newline stays on one line",
 			yaml: "pools:\n- name: a\n  addresses: [\"fe80::1%a\\nb-fe80::2\"]\n",
-			want: []string{`cloud.yaml:3: pools[0].addresses[0]: invalid range fe80::1%a\nb-fe80::2: address fe80::1%a\nb has a zone`},
+			want: []string{`cloud.yaml:3: pools[0].addresses[0]: invalid range fe80::1%a\nb-fe80::2: fe80::1%a\nb has a zone: a Service address cannot`},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -681,16 +681,17 @@ func TestPoolMethods(t *testing.T) {
 		{buggy, false, true}, // its only IPv4 addresses end in .0 and .255
 		{edge, false, false},
 	} {
-		if got := tc.pool.HasFamily(true); got != tc.ipv4 {
+		if got := tc.pool.HasFamily(iprange.IPv4); got != tc.ipv4 {
 			t.Errorf("pool %q HasFamily(IPv4) = %v, want %v", tc.pool.Name, got, tc.ipv4)
 		}
-		if got := tc.pool.HasFamily(false); got != tc.ipv6 {
+		if got := tc.pool.HasFamily(iprange.IPv6); got != tc.ipv6 {
 			t.Errorf("pool %q HasFamily(IPv6) = %v, want %v", tc.pool.Name, got, tc.ipv6)
 		}
 	}
 }
 
-func TestHasGoodIPv4(t *testing.T) {
+// With avoidBuggyIPs, a short IPv4 range may be made of .0 and .255 addresses alone.
+func TestHasFamilyAvoidingBuggyIPs(t *testing.T) {
 	for _, tc := range []struct {
 		r    string
 		want bool
@@ -704,8 +705,9 @@ func TestHasGoodIPv4(t *testing.T) {
 		{"192.0.2.1/32", true},
 		{"0.0.0.0/0", true},
 	} {
-		if got := hasGoodIPv4(mustParseRange(t, tc.r)); got != tc.want {
-			t.Errorf("hasGoodIPv4(%s) = %v, want %v", tc.r, got, tc.want)
+		p := &Pool{Ranges: []iprange.Range{mustParseRange(t, tc.r)}, AvoidBuggyIPs: true}
+		if got := p.HasFamily(iprange.IPv4); got != tc.want {
+			t.Errorf("HasFamily(IPv4) of %s avoiding buggy IPs = %v, want %v", tc.r, got, tc.want)
 		}
 	}
 }

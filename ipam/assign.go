@@ -56,8 +56,8 @@ func checkRequest(req *Request) error {
 	}
 	var seen [2]bool
 	for _, addr := range req.Addresses {
-		if !addr.IsValid() || addr.Zone() != "" || addr.Is4In6() {
-			return &InvalidRequestError{Reason: fmt.Sprintf("address %q cannot be a Service address", addr)}
+		if err := iprange.CheckServiceAddress(addr); err != nil {
+			return &InvalidRequestError{Reason: err.Error()}
 		}
 		f := iprange.FamilyOf(addr)
 		if seen[f] {

@@ -113,7 +113,8 @@ type groupKey struct {
 // New returns an empty allocator over pools, which must have passed config validation
 // (no overlaps).
 func New(pools []config.Pool) *Allocator {
-	a := &Allocator{cfg: pools}
+	// A copy: the allocator's pools point into it, and the caller's slice may change.
+	a := &Allocator{cfg: slices.Clone(pools)}
 	a.reset()
 	return a
 }

@@ -181,6 +181,16 @@ func TestRefusals(t *testing.T) {
 		want: &InvalidRequestError{Reason: "more than one IPv4 address requested"},
 		msg:  `invalid request: more than one IPv4 address requested`,
 	}, {
+		name: "address with a zone",
+		req:  Request{Service: "default/x", Namespace: "default", Families: []iprange.Family{iprange.IPv6}, Addresses: addrs("fe80::1%eth0")},
+		want: &InvalidRequestError{Reason: "fe80::1%eth0 has a zone: a Service address cannot"},
+		msg:  `invalid request: fe80::1%eth0 has a zone: a Service address cannot`,
+	}, {
+		name: "IPv4-mapped IPv6 address",
+		req:  Request{Service: "default/x", Namespace: "default", Families: []iprange.Family{iprange.IPv4, iprange.IPv6}, Addresses: addrs("::ffff:198.51.100.1")},
+		want: &InvalidRequestError{Reason: "::ffff:198.51.100.1 is IPv4-mapped IPv6, write it as 198.51.100.1"},
+		msg:  `invalid request: ::ffff:198.51.100.1 is IPv4-mapped IPv6, write it as 198.51.100.1`,
+	}, {
 		name: "no families",
 		req:  Request{Service: "default/x", Namespace: "default"},
 		want: &InvalidRequestError{Reason: "families []: want one or two different families"},

@@ -17,7 +17,7 @@ import (
 type span struct {
 	pool      *pool
 	ranges    []iprange.Range // sorted, disjoint
-	avoidEdge bool            // skip IPv4 addresses ending in .0 and .255
+	avoidEdge bool            // skip the addresses iprange.IsBuggyIPv4 reports
 	size      *big.Int
 	used      int
 
@@ -32,51 +32,26 @@ func newSpan(p *pool, ranges []iprange.Range, avoidEdge bool) *span {
 	size := new(big.Int)
 	for _, r := range ranges {
 		size.Add(size, r.Size())
+		if avoidEdge {
+			size.Sub(size, big.NewInt(r.BuggyIPv4Count()))
+		}
 	}
 	s := &span{
 		pool:      p,
 		ranges:    ranges,
-		avoidEdge: avoidEdge && len(ranges) > 0 && ranges[0].Is4(),
+		avoidEdge: avoidEdge,
 		size:      size,
 		holes:     btree.NewG(32, netip.Addr.Less),
 	}
 	if len(ranges) > 0 {
 		s.cursor = ranges[0].First
 	}
-	if s.avoidEdge {
-		s.size.Sub(s.size, big.NewInt(s.edgeCount()))
-	}
 	return s
 }
 
 // usable reports whether the allocator may hand a out on its own.
 func (s *span) usable(a netip.Addr) bool {
-	if !s.avoidEdge {
-		return true
-	}
-	last := a.As4()[3]
-	return last != 0 && last != 255
-}
-
-// edgeCount counts the .0 and .255 addresses in the span.
-func (s *span) edgeCount() int64 {
-	// upTo counts x in [0, n] with x%256 == r.
-	upTo := func(n int64, r int64) int64 {
-		if n < r {
-			return 0
-		}
-		return (n-r)/256 + 1
-	}
-	var n int64
-	for _, r := range s.ranges {
-		f, l := r.First.As4(), r.Last.As4()
-		first := int64(f[0])<<24 | int64(f[1])<<16 | int64(f[2])<<8 | int64(f[3])
-		last := int64(l[0])<<24 | int64(l[1])<<16 | int64(l[2])<<8 | int64(l[3])
-		for _, edge := range [2]int64{0, 255} {
-			n += upTo(last, edge) - upTo(first-1, edge)
-		}
-	}
-	return n
+	return !s.avoidEdge || !iprange.IsBuggyIPv4(a)
 }
 
 // next returns the lowest address that taken does not report, and moves the cursor past it.

@@ -18,8 +18,8 @@ type Range struct {
 
 // Parse reads a CIDR ("198.51.100.0/24") or an inclusive range ("198.51.100.10-198.51.100.50").
 // A CIDR must not have host bits set; both ends of a range must be of the same family and
-// the end must not come before the start. Zones and IPv4-mapped IPv6 addresses are refused,
-// as no Service address can carry them.
+// the end must not come before the start. Every address must pass CheckServiceAddress, as
+// the ranges hold Service addresses.
 func Parse(s string) (Range, error) {
 	s = strings.TrimSpace(s)
 	if first, last, ok := strings.Cut(s, "-"); ok {
@@ -35,7 +35,7 @@ func Parse(s string) (Range, error) {
 	if p.Addr().Is4In6() && p.Bits() >= 96 {
 		return Range{}, fmt.Errorf("invalid CIDR %q: IPv4-mapped IPv6, write it as %s", s, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96))
 	}
-	if err := checkAddr(p.Addr()); err != nil {
+	if err := CheckServiceAddress(p.Addr()); err != nil {
 		return Range{}, fmt.Errorf("invalid CIDR %q: %w", s, err)
 	}
 	if p.Masked() != p {
@@ -54,7 +54,7 @@ func parseFirstLast(first, last string) (Range, error) {
 		return Range{}, fmt.Errorf("invalid range end %q: %w", last, err)
 	}
 	for _, a := range []netip.Addr{f, l} {
-		if err := checkAddr(a); err != nil {
+		if err := CheckServiceAddress(a); err != nil {
 			return Range{}, fmt.Errorf("invalid range %s-%s: %w", first, last, err)
 		}
 	}
@@ -65,16 +65,6 @@ func parseFirstLast(first, last string) (Range, error) {
 		return Range{}, fmt.Errorf("invalid range %s-%s: end comes before start", f, l)
 	}
 	return Range{First: f, Last: l}, nil
-}
-
-func checkAddr(a netip.Addr) error {
-	switch {
-	case a.Zone() != "":
-		return fmt.Errorf("address %s has a zone", a)
-	case a.Is4In6():
-		return fmt.Errorf("address %s is IPv4-mapped IPv6, write it as %s", a, a.Unmap())
-	}
-	return nil
 }
 
 // FromPrefix returns the range of all addresses in p.

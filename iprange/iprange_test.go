@@ -50,12 +50,13 @@ func TestParseErrors(t *testing.T) {
 		{"198.51.100.1/24", `invalid CIDR "198.51.100.1/24": host bits are set, did you mean 198.51.100.0/24?`},
 		{"fe80::1%eth0/64", `invalid CIDR "fe80::1%eth0/64": netip.ParsePrefix("fe80::1%eth0/64"): IPv6 zones cannot be present in a prefix`},
 		{"::ffff:198.51.100.0/120", `invalid CIDR "::ffff:198.51.100.0/120": IPv4-mapped IPv6, write it as 198.51.100.0/24`},
-		{"::ffff:0:0/95", `invalid CIDR "::ffff:0:0/95": address ::ffff:0.0.0.0 is IPv4-mapped IPv6, write it as 0.0.0.0`},
+		{"::ffff:0:0/95", `invalid CIDR "::ffff:0:0/95": ::ffff:0.0.0.0 is IPv4-mapped IPv6, write it as 0.0.0.0`},
 		{"198.51.100.50-198.51.100.10", `invalid range 198.51.100.50-198.51.100.10: end comes before start`},
 		{"198.51.100.1-2001:db8::1", `invalid range 198.51.100.1-2001:db8::1: mixes IPv4 and IPv6`},
 		{"198.51.100.x-198.51.100.2", `invalid range start "198.51.100.x": ParseAddr("198.51.100.x"): unexpected character (at "x")`},
 		{"198.51.100.1-", `invalid range end "": ParseAddr(""): unable to parse IP`},
-		{"fe80::1%eth0-fe80::2", `invalid range fe80::1%eth0-fe80::2: address fe80::1%eth0 has a zone`},
+		{"fe80::1%eth0-fe80::2", `invalid range fe80::1%eth0-fe80::2: fe80::1%eth0 has a zone: a Service address cannot`},
+		{"198.51.100.1-::ffff:198.51.100.2", `invalid range 198.51.100.1-::ffff:198.51.100.2: ::ffff:198.51.100.2 is IPv4-mapped IPv6, write it as 198.51.100.2`},
 	}
 	for _, tc := range tests {
 		_, err := Parse(tc.in)

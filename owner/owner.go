@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -36,20 +37,43 @@ type Group struct {
 	// FirstIP is the group's first address, as text; it salts the hash that spreads
 	// owners over nodes, and keeps the Services of one address together.
 	FirstIP string
-	// Local is true when a Service of the group has externalTrafficPolicy Local: only a
-	// node with a ready endpoint of its own may announce, or clients lose their traffic.
-	Local bool
+	// Local holds the group's Services with externalTrafficPolicy Local, each with its own
+	// endpoints. Such a Service's traffic is dropped on a node without a ready endpoint of
+	// that very Service, so only a node with one of every Local Service may announce;
+	// endpoints summed over the group would let a node with only another Service's pods
+	// win. Empty when every Service of the group is Cluster.
+	Local []LocalService
 	// PreferredNodes are node names in order of preference.
 	PreferredNodes []string
-	// Endpoints counts the group's ready, non-terminating endpoints per node name.
+	// Endpoints counts the ready, non-terminating endpoints of all the group's Services,
+	// Local or not, per node name: it ranks the candidates, so the address goes where
+	// most of the group's traffic can be served without another hop.
 	Endpoints map[string]int
-	// NodeSelector is the pool's: only matching nodes may announce. Nil selects all.
-	NodeSelector labels.Selector
+	// Pools are the pools the group's addresses come from, in the order Eligible reports
+	// them. A dual-stack Service may hold an address of each of two pools, and the one
+	// announcer answers for all of them, so it must be let in by every pool.
+	Pools []PoolNodes
 	// Current is the node announcing now, or "". Among the candidates with the most ready
 	// endpoints it keeps the address: a node that comes back after a failure does not take
 	// its addresses back, which would break connections a second time. Leave it empty for
 	// the pure hash order.
 	Current string
+}
+
+// LocalService is a Service of the group with externalTrafficPolicy Local. It keeps its
+// endpoints apart from the group's total because its traffic cannot leave the node that
+// receives it: the announcer needs an endpoint of this Service, not just of the group.
+type LocalService struct {
+	Service   string         // namespace/name
+	Endpoints map[string]int // its ready, non-terminating endpoints per node name
+}
+
+// PoolNodes is a pool of the group's addresses and the nodes it lets announce them. An
+// operator limits a pool to the nodes attached to its network, and a node outside it
+// could not reach the clients of the address.
+type PoolNodes struct {
+	Pool         string
+	NodeSelector labels.Selector // nil selects every node
 }
 
 // Reason says, for machines, why a node was chosen or none was.
@@ -59,13 +83,15 @@ type Reason string
 const (
 	// ReasonPreferred: the first eligible node of PreferredNodes that is a candidate.
 	ReasonPreferred Reason = "PreferredNode"
-	// ReasonEndpoints: the candidate with the most ready endpoints, ties broken by hash.
+	// ReasonEndpoints: the candidate with the most ready endpoints, ties broken by the
+	// current announcer, then by hash.
 	ReasonEndpoints Reason = "ReadyEndpoints"
 	// ReasonNoEndpoints: a Cluster group without ready endpoints anywhere; any eligible node.
 	ReasonNoEndpoints Reason = "NoReadyEndpoints"
 	// ReasonNoEligibleNode: no node may announce.
 	ReasonNoEligibleNode Reason = "NoEligibleNode"
-	// ReasonNoLocalEndpoints: a Local group whose eligible nodes have no ready endpoint.
+	// ReasonNoLocalEndpoints: a Local group where no eligible node has a ready endpoint of
+	// every Local Service.
 	ReasonNoLocalEndpoints Reason = "NoLocalEndpoints"
 )
 
@@ -75,8 +101,9 @@ type Decision struct {
 	Reason Reason
 }
 
-// Select picks the node that announces g's address among nodes. The order of nodes does
-// not matter.
+// Select picks the node that announces g's address among nodes. The order of nodes, of
+// g.Local and of g.Pools does not matter, so every replica of the ccm, listing them from
+// its own caches, agrees.
 func Select(g Group, nodes []Node) Decision {
 	var eligible []string
 	for _, n := range nodes {
@@ -87,13 +114,18 @@ func Select(g Group, nodes []Node) Decision {
 	if len(eligible) == 0 {
 		return Decision{Reason: ReasonNoEligibleNode}
 	}
-	candidates := slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return g.Endpoints[n] == 0 })
 	reason := ReasonEndpoints
-	if len(candidates) == 0 {
-		if g.Local {
+	var candidates []string
+	if len(g.Local) > 0 {
+		candidates = slices.DeleteFunc(eligible, func(n string) bool { return len(missingLocal(g, n)) > 0 })
+		if len(candidates) == 0 {
 			return Decision{Reason: ReasonNoLocalEndpoints}
 		}
-		candidates, reason = eligible, ReasonNoEndpoints
+	} else {
+		candidates = slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return g.Endpoints[n] == 0 })
+		if len(candidates) == 0 {
+			candidates, reason = eligible, ReasonNoEndpoints
+		}
 	}
 	for _, p := range g.PreferredNodes {
 		if slices.Contains(candidates, p) {
@@ -112,6 +144,18 @@ func Select(g Group, nodes []Node) Decision {
 		}
 		return cmp.Compare(a, b)
 	}), Reason: reason}
+}
+
+// missingLocal returns the Local Services of g without a ready endpoint on node, sorted.
+func missingLocal(g Group, node string) []string {
+	var out []string
+	for _, l := range g.Local {
+		if l.Endpoints[node] <= 0 {
+			out = append(out, l.Service)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // boolRank orders true first.
@@ -136,12 +180,22 @@ func Eligible(g Group, n Node) string {
 		return n.Name + " is being deleted"
 	case n.Labels.Has(ExcludeLabel):
 		return fmt.Sprintf("%s is excluded by the label %s", n.Name, ExcludeLabel)
-	case g.NodeSelector != nil && !g.NodeSelector.Matches(n.Labels):
-		return n.Name + " does not match the pool's nodeSelector"
+	case excludedBy(g, n) != "":
+		return fmt.Sprintf("%s does not match the nodeSelector of pool %s", n.Name, excludedBy(g, n))
 	case n.Draining:
 		return n.Name + " agent is draining"
 	case !n.Healthy:
 		return n.Name + " agent not answering"
+	}
+	return ""
+}
+
+// excludedBy returns the first pool of g whose nodeSelector n does not match, or "".
+func excludedBy(g Group, n Node) string {
+	for _, p := range g.Pools {
+		if p.NodeSelector != nil && !p.NodeSelector.Matches(n.Labels) {
+			return p.Pool
+		}
 	}
 	return ""
 }
@@ -152,7 +206,7 @@ func Explain(prev string, g Group, nodes []Node, d Decision) string {
 	case ReasonNoEligibleNode:
 		return "no node may announce: " + whyNone(g, nodes)
 	case ReasonNoLocalEndpoints:
-		return "externalTrafficPolicy is Local and no eligible node has a ready endpoint"
+		return "externalTrafficPolicy is Local and no eligible node has a ready endpoint" + noCommonNode(g, nodes)
 	}
 	if prev == "" {
 		return describe(d)
@@ -163,6 +217,8 @@ func Explain(prev string, g Group, nodes []Node, d Decision) string {
 		return prev + " is gone"
 	case Eligible(g, nodes[i]) != "":
 		return Eligible(g, nodes[i])
+	case len(missingLocal(g, prev)) > 0:
+		return prev + " has no ready endpoint of " + few(missingLocal(g, prev))
 	case d.Reason == ReasonPreferred:
 		return fmt.Sprintf("preferred node %s became eligible", d.Node)
 	case g.Endpoints[prev] == 0 && g.Endpoints[d.Node] > 0:
@@ -192,9 +248,51 @@ func whyNone(g Group, nodes []Node) string {
 	for _, n := range nodes {
 		why = append(why, Eligible(g, n))
 	}
-	slices.Sort(why)
-	if len(why) > 3 {
-		why = append(why[:3], fmt.Sprintf("and %d more", len(why)-3))
+	return few(why)
+}
+
+// noCommonNode completes the sentence of ReasonNoLocalEndpoints: the one Local Service, or
+// each Local Service with the eligible nodes it has ready endpoints on, so that people see
+// which Services have no node in common.
+func noCommonNode(g Group, nodes []Node) string {
+	services := map[string][]string{}
+	for _, l := range g.Local {
+		services[l.Service] = nil
 	}
-	return strings.Join(why, ", ")
+	for _, n := range nodes {
+		if Eligible(g, n) != "" {
+			continue
+		}
+		for _, l := range g.Local {
+			if l.Endpoints[n.Name] > 0 && !slices.Contains(services[l.Service], n.Name) {
+				services[l.Service] = append(services[l.Service], n.Name)
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(services))
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return " of " + names[0]
+	}
+	var each []string
+	for _, s := range names {
+		if on := services[s]; len(on) > 0 {
+			each = append(each, s+" has ready endpoints on "+few(on))
+		} else {
+			each = append(each, s+" has none on an eligible node")
+		}
+	}
+	return " of every Local Service: " + strings.Join(each, "; ")
+}
+
+// few sorts items and joins them, at most three then "and N more", to keep a sentence
+// readable in an event when a cluster has many nodes.
+func few(items []string) string {
+	items = slices.Sorted(slices.Values(items))
+	if len(items) > 3 {
+		items = append(items[:3], fmt.Sprintf("and %d more", len(items)-3))
+	}
+	return strings.Join(items, ", ")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -87,20 +88,80 @@ func TestSelect(t *testing.T) {
 		prev:  first, reason: first + " has no ready endpoint",
 	}, {
 		name:  "local without endpoints: nobody",
-		group: Group{FirstIP: ip, Local: true},
+		group: Group{FirstIP: ip, Local: []LocalService{{Service: "team-a/x"}}},
 		nodes: healthy("a", "b"),
 		want:  Decision{Reason: ReasonNoLocalEndpoints},
-		prev:  "a", reason: "externalTrafficPolicy is Local and no eligible node has a ready endpoint",
+		prev:  "a", reason: "externalTrafficPolicy is Local and no eligible node has a ready endpoint of team-a/x",
 	}, {
 		name:  "local: only nodes with endpoints",
-		group: Group{FirstIP: ip, Local: true, Endpoints: map[string]int{"c": 1}},
+		group: Group{FirstIP: ip, Local: []LocalService{{Service: "team-a/x", Endpoints: map[string]int{"c": 1}}}, Endpoints: map[string]int{"c": 1}},
 		nodes: healthy("a", "b", "c"),
 		want:  Decision{Node: "c", Reason: ReasonEndpoints},
 	}, {
 		name:  "local: endpoints only on an unhealthy node",
-		group: Group{FirstIP: ip, Local: true, Endpoints: map[string]int{"c": 3}},
+		group: Group{FirstIP: ip, Local: []LocalService{{Service: "team-a/x", Endpoints: map[string]int{"c": 3}}}, Endpoints: map[string]int{"c": 3}},
 		nodes: append(healthy("a", "b"), Node{Name: "c"}),
 		want:  Decision{Reason: ReasonNoLocalEndpoints},
+		prev:  "c", reason: "externalTrafficPolicy is Local and no eligible node has a ready endpoint of team-a/x",
+	}, {
+		// The old rule summed the two Services' endpoints and picked a, whose pods are all
+		// x's: y's clients would lose their traffic there.
+		name: "local: two Services without a common node",
+		group: Group{FirstIP: ip,
+			Local: []LocalService{
+				{Service: "team-a/y", Endpoints: map[string]int{"b": 1, "ghost": 1}},
+				{Service: "team-a/x", Endpoints: map[string]int{"a": 2}},
+			},
+			Endpoints: map[string]int{"a": 2, "b": 1, "ghost": 1}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Reason: ReasonNoLocalEndpoints},
+		prev:  "a", reason: "externalTrafficPolicy is Local and no eligible node has a ready endpoint of every Local Service: " +
+			"team-a/x has ready endpoints on a; team-a/y has ready endpoints on b",
+	}, {
+		name: "local: a Service with endpoints only on nodes that are not eligible",
+		group: Group{FirstIP: ip,
+			Local: []LocalService{
+				{Service: "team-a/x", Endpoints: map[string]int{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1}},
+				{Service: "team-a/y", Endpoints: map[string]int{"f": 1, "ghost": 1}},
+			},
+			Endpoints: map[string]int{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 2, "ghost": 1}},
+		nodes: append(healthy("e", "c", "a", "d", "b"), Node{Name: "f", Draining: true}),
+		want:  Decision{Reason: ReasonNoLocalEndpoints},
+		prev:  "f", reason: "externalTrafficPolicy is Local and no eligible node has a ready endpoint of every Local Service: " +
+			"team-a/x has ready endpoints on a, b, c, and 2 more; team-a/y has none on an eligible node",
+	}, {
+		// The old rule took c, which has the most endpoints in total, all of them x's.
+		name: "local: the common node wins over more endpoints elsewhere",
+		group: Group{FirstIP: ip,
+			Local: []LocalService{
+				{Service: "team-a/x", Endpoints: map[string]int{"b": 1, "c": 5}},
+				{Service: "team-a/y", Endpoints: map[string]int{"a": 3, "b": 1}},
+			},
+			Endpoints: map[string]int{"a": 3, "b": 2, "c": 5}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: "b", Reason: ReasonEndpoints},
+		prev:  "c", reason: "c has no ready endpoint of team-a/y",
+	}, {
+		// A Cluster Service of the group adds to the total but not to the Local rule.
+		name: "local and cluster Services: the Cluster Service's endpoints rank the candidates",
+		group: Group{FirstIP: ip,
+			Local:     []LocalService{{Service: "team-a/x", Endpoints: map[string]int{"a": 1, "b": 1}}},
+			Endpoints: map[string]int{"a": 1, "b": 4, "c": 9}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: "b", Reason: ReasonEndpoints},
+		prev:  "a", reason: "b has more ready endpoints (4) than a (1)",
+	}, {
+		// The old rule took a: preferred, and with endpoints in the group's total.
+		name: "local: a preferred node without an endpoint of one Local Service is not chosen",
+		group: Group{FirstIP: ip, PreferredNodes: []string{"a", "c"},
+			Local: []LocalService{
+				{Service: "team-a/x", Endpoints: map[string]int{"a": 5, "b": 1, "c": 1}},
+				{Service: "team-a/y", Endpoints: map[string]int{"b": 1, "c": 1}},
+			},
+			Endpoints: map[string]int{"a": 5, "b": 2, "c": 2}},
+		nodes: healthy("a", "b", "c"),
+		want:  Decision{Node: "c", Reason: ReasonPreferred},
+		prev:  "a", reason: "a has no ready endpoint of team-a/y",
 	}, {
 		name:  "preferred node first",
 		group: Group{FirstIP: ip, PreferredNodes: []string{"x", "c", "b"}},
@@ -138,10 +199,30 @@ func TestSelect(t *testing.T) {
 		prev:  "a", reason: "a is gone",
 	}, {
 		name:  "pool nodeSelector",
-		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 5, "b": 1}, NodeSelector: labels.SelectorFromSet(labels.Set{"edge": "true"})},
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 5, "b": 1}, Pools: []PoolNodes{{Pool: "public", NodeSelector: labels.SelectorFromSet(labels.Set{"edge": "true"})}}},
 		nodes: []Node{{Name: "a", Healthy: true}, {Name: "b", Healthy: true, Labels: labels.Set{"edge": "true"}}},
 		want:  Decision{Node: "b", Reason: ReasonEndpoints},
-		prev:  "a", reason: "a does not match the pool's nodeSelector",
+		prev:  "a", reason: "a does not match the nodeSelector of pool public",
+	}, {
+		// Dual-stack: the IPv4 pool lets every node in, the IPv6 pool only the edge nodes.
+		name: "a node excluded by the second pool's nodeSelector",
+		group: Group{FirstIP: ip, Endpoints: map[string]int{"a": 5, "b": 1}, Pools: []PoolNodes{
+			{Pool: "v4", NodeSelector: labels.SelectorFromSet(labels.Set{"zone": "a"})},
+			{Pool: "v6", NodeSelector: labels.SelectorFromSet(labels.Set{"edge": "true"})},
+		}},
+		nodes: []Node{{Name: "a", Healthy: true, Labels: labels.Set{"zone": "a"}}, {Name: "b", Healthy: true, Labels: labels.Set{"zone": "a", "edge": "true"}}},
+		want:  Decision{Node: "b", Reason: ReasonEndpoints},
+		prev:  "a", reason: "a does not match the nodeSelector of pool v6",
+	}, {
+		name: "a node excluded by both pools: the first pool is named",
+		group: Group{FirstIP: ip, Pools: []PoolNodes{
+			{Pool: "v4", NodeSelector: labels.SelectorFromSet(labels.Set{"zone": "b"})},
+			{Pool: "v6", NodeSelector: labels.SelectorFromSet(labels.Set{"edge": "true"})},
+			{Pool: "all"}, // nil selector: every node
+		}},
+		nodes: healthy("a"),
+		want:  Decision{Reason: ReasonNoEligibleNode},
+		prev:  "a", reason: "no node may announce: a does not match the nodeSelector of pool v4",
 	}, {
 		name:  "endpoints on a node that does not exist count for nothing",
 		group: Group{FirstIP: ip, Endpoints: map[string]int{"ghost": 9}},
@@ -174,26 +255,61 @@ func TestSelect(t *testing.T) {
 	}
 }
 
-// TestOrderDoesNotMatter shuffles the nodes: the decision must not change.
+// TestOrderDoesNotMatter shuffles the nodes, the Local Services and the pools: neither the
+// decision nor its explanation may change.
 func TestOrderDoesNotMatter(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(3, 4))
 	names := make([]string, 50)
 	for i := range names {
 		names[i] = fmt.Sprintf("node-%02d", i)
 	}
-	for i := range 200 {
+	local := 0
+	for i := range 400 {
 		g := Group{FirstIP: fmt.Sprintf("198.51.100.%d", i), Endpoints: map[string]int{}}
 		for range 5 {
-			g.Endpoints[names[rnd.IntN(len(names))]] = rnd.IntN(3)
+			g.Endpoints[names[rnd.IntN(len(names))]] += rnd.IntN(3)
+		}
+		// Half the groups are Local, of up to three Services whose endpoints add to the total.
+		for s := range rnd.IntN(4) * (i % 2) {
+			l := LocalService{Service: fmt.Sprintf("ns/svc-%d", s), Endpoints: map[string]int{}}
+			for range 1 + rnd.IntN(15) {
+				n := names[rnd.IntN(len(names))]
+				l.Endpoints[n]++
+				g.Endpoints[n]++
+			}
+			g.Local = append(g.Local, l)
 		}
 		nodes := healthy(names...)
-		want := Select(g, nodes)
-		for range 5 {
-			rnd.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
-			if got := Select(g, nodes); got != want {
-				t.Fatalf("group %d: %+v after a shuffle, %+v before", i, got, want)
+		for j := range nodes {
+			nodes[j].Labels = labels.Set{"v4": fmt.Sprint(rnd.IntN(5) > 0), "v6": fmt.Sprint(rnd.IntN(5) > 0)}
+		}
+		if i%3 == 0 {
+			g.Pools = []PoolNodes{
+				{Pool: "v4", NodeSelector: labels.SelectorFromSet(labels.Set{"v4": "true"})},
+				{Pool: "v6", NodeSelector: labels.SelectorFromSet(labels.Set{"v6": "true"})},
 			}
 		}
+		prev := names[rnd.IntN(len(names))]
+		want := Select(g, nodes)
+		why := Explain(prev, g, nodes, want)
+		if want.Reason == ReasonNoLocalEndpoints || len(g.Local) > 0 && want.Node != "" {
+			local++
+		}
+		for range 5 {
+			rnd.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+			rnd.Shuffle(len(g.Local), func(i, j int) { g.Local[i], g.Local[j] = g.Local[j], g.Local[i] })
+			rnd.Shuffle(len(g.Pools), func(i, j int) { g.Pools[i], g.Pools[j] = g.Pools[j], g.Pools[i] })
+			got := Select(g, nodes)
+			if got != want {
+				t.Fatalf("group %d: %+v after a shuffle, %+v before", i, got, want)
+			}
+			if w := Explain(prev, g, nodes, got); w != why && !strings.Contains(why, "nodeSelector of pool") {
+				t.Fatalf("group %d: Explain %q after a shuffle, %q before", i, w, why)
+			}
+		}
+	}
+	if local < 100 {
+		t.Errorf("only %d Local groups were exercised", local)
 	}
 }
 

@@ -1,18 +1,20 @@
 // Package provider is the "baremetal" cloud provider: a thin adapter between the
-// Kubernetes cloud-controller-manager and the project's logic packages. LoadBalancer hands
-// out Service addresses from the cloud-config's pools through package ipam.
+// Kubernetes cloud-controller-manager and the allocator. LoadBalancer hands out Service
+// addresses from the cloud-config's pools through package ipam; choosing the node that
+// announces them is package announcer's.
 package provider
 
 import (
 	"fmt"
 	"io"
-	"sync/atomic"
+	"net/netip"
+	"slices"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -28,7 +30,7 @@ import (
 // Name is the provider name, as given to --cloud-provider.
 const Name = "baremetal"
 
-// component names the controller in the events it records.
+// component names the ccm in the events it records.
 const component = "baremetal-ccm"
 
 func init() {
@@ -51,14 +53,11 @@ func init() {
 // Cloud implements cloudprovider.Interface for bare metal. Only LoadBalancer is offered:
 // nodes, zones and routes are the operator's.
 type Cloud struct {
-	lb     *loadBalancer
-	client kubernetes.Interface
-	// announcerClient writes the announcer annotation, with a rate limit of its own.
-	announcerClient kubernetes.Interface
-	stop            <-chan struct{}
-	// announcer is nil until this instance leads. The status page reads it from its own
-	// goroutines, and answers as a standby while it is nil.
-	announcer atomic.Pointer[announcerController]
+	lb *loadBalancer
+
+	mu sync.Mutex
+	// onConfig are told of every new cloud-config, after the allocator.
+	onConfig []func(*config.Config)
 }
 
 var (
@@ -70,21 +69,15 @@ var (
 // start with Initialize.
 func New(cfg *config.Config) *Cloud {
 	registerMetrics()
-	return &Cloud{lb: &loadBalancer{cfg: cfg, alloc: ipam.New(cfg.Pools), locks: keymutex.NewHashed(0)}}
+	lb := &loadBalancer{alloc: ipam.New(cfg.Pools), locks: keymutex.NewHashed(0)}
+	lb.cfg.Store(cfg)
+	return &Cloud{lb: lb}
 }
 
 // Initialize starts the event recorder. The cloud-controller-manager calls it once this
 // instance leads.
 func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
 	client := clientBuilder.ClientOrDie(component)
-	c.client, c.stop = client, stop
-	// The announcer's patches get a client, and so a client-side rate limit, of their own:
-	// a dead node that announced hundreds of Services needs that many patches at once, and
-	// each one waiting behind --kube-api-qps is a Service whose clients wait too. The
-	// API server's priority and fairness still bounds them.
-	announcerConfig := clientBuilder.ConfigOrDie(component + "-announcer")
-	announcerConfig.QPS, announcerConfig.Burst = max(announcerConfig.QPS, announcerQPS), max(announcerConfig.Burst, announcerBurst)
-	c.announcerClient = kubernetes.NewForConfigOrDie(announcerConfig)
 	broadcaster := record.NewBroadcaster(record.WithContext(wait.ContextForChannel(stop)))
 	broadcaster.StartStructuredLogging(3)
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -93,11 +86,15 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 		<-stop
 		broadcaster.Shutdown()
 	}()
-	klog.InfoS("Initialized the baremetal cloud provider", "pools", len(c.lb.cfg.Pools))
+	klog.InfoS("Initialized the baremetal cloud provider", "pools", len(c.lb.cfg.Load().Pools))
 }
 
+// Recorder returns the recorder of the ccm's events, for the controllers beside the
+// provider. Nil before Initialize.
+func (c *Cloud) Recorder() record.EventRecorder { return c.lb.recorder }
+
 // SetInformers gives the provider the Service cache it rebuilds the allocator from, and
-// starts the announcer controller on the same caches.
+// leaves managedFields out of the caches that every controller of the ccm shares.
 func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	// Nothing here reads managedFields, and they are often the larger part of an object:
 	// leaving them out of the caches halves what thousands of Services cost in memory.
@@ -113,25 +110,41 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	services := factory.Core().V1().Services()
 	c.lb.services = services.Lister()
 	c.lb.servicesSynced = services.Informer().HasSynced
-
-	a := newAnnouncerController(c.lb.cfg, factory)
-	a.client = c.announcerClient
-	a.recorder = c.lb.recorder
-	go a.Run(wait.ContextForChannel(c.stop), announcerWorkers)
-	c.announcer.Store(a)
 }
 
-// announcerWorkers is how many address groups are decided at once. Decisions are cheap;
-// the workers wait on their patches, so after a node failure this many patches are in
-// flight.
-const announcerWorkers = 16
+// Config returns the cloud-config in use.
+func (c *Cloud) Config() *config.Config { return c.lb.cfg.Load() }
 
-// The announcer client's rate limit: enough for a node failure's burst of patches, one per
-// Service the node announced, to go out without waiting.
-const (
-	announcerQPS   = 500
-	announcerBurst = 1000
-)
+// OnConfigChange registers f to be called with every new cloud-config, once the
+// allocator follows it.
+func (c *Cloud) OnConfigChange(f func(*config.Config)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onConfig = append(c.onConfig, f)
+}
+
+// SetConfig puts a changed, valid cloud-config in use. Addresses that no pool contains any
+// more are released, with a Warning event on their Services, which get new ones when their
+// load balancer is next ensured; then the OnConfigChange functions are called.
+func (c *Cloud) SetConfig(cfg *config.Config) {
+	c.lb.setConfig(cfg)
+	c.mu.Lock()
+	listeners := slices.Clone(c.onConfig)
+	c.mu.Unlock()
+	for _, f := range listeners {
+		f(cfg)
+	}
+}
+
+// Pools returns the figures of every family of every pool, in config order.
+func (c *Cloud) Pools() []ipam.Stats { return c.lb.alloc.Stats() }
+
+// Restored reports whether the allocator holds the addresses of the Services' status:
+// until then its figures are too low.
+func (c *Cloud) Restored() bool { return c.lb.isRestored() }
+
+// Holders returns the Services ("namespace/name") the allocator gave addr to.
+func (c *Cloud) Holders(addr netip.Addr) []string { return c.lb.alloc.Holders(addr) }
 
 // LoadBalancer returns the Service address allocator.
 func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return c.lb, true }
@@ -159,7 +172,7 @@ func (c *Cloud) ProviderName() string { return Name }
 func (c *Cloud) HasClusterID() bool { return true }
 
 // StripManagedFields is an informer transform that drops an object's managedFields, which
-// the provider never reads.
+// the ccm never reads.
 func StripManagedFields(obj any) (any, error) {
 	if o, ok := obj.(metav1.Object); ok {
 		o.SetManagedFields(nil)

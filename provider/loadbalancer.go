@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/keymutex"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
@@ -45,7 +47,7 @@ const syncRetry = time.Second
 // loadBalancer implements cloudprovider.LoadBalancer: a Service's "load balancer" is its
 // addresses, announced by the agents.
 type loadBalancer struct {
-	cfg   *config.Config
+	cfg   atomic.Pointer[config.Config]
 	alloc *ipam.Allocator
 
 	// locks serialises calls for one Service; the service controller runs several
@@ -83,21 +85,19 @@ func (lb *loadBalancer) ready() error {
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
-		return cmp.Compare(serviceKey(a), serviceKey(b))
+		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	byKey := make(map[string]*v1.Service, len(services))
 	var assignments []ipam.Assignment
 	for _, svc := range services {
-		if svc.Spec.LoadBalancerClass != nil {
+		// A request that no longer parses still owns what its status says, and shares it
+		// under the key it shared it with: Parse returns what it could read.
+		r, _ := annotation.Parse(svc)
+		if r.Ownership == annotation.OtherClass || len(r.Ingress) == 0 {
 			continue
 		}
-		addrs := ingressAddresses(svc)
-		if len(addrs) == 0 {
-			continue
-		}
-		req, _ := requestFor(svc) // a malformed request still owns what its status says
-		byKey[req.Service] = svc
-		assignments = append(assignments, ipam.Assignment{Service: serviceKey(svc), Addresses: addrs, SharingKey: req.SharingKey, Ports: req.Ports})
+		byKey[r.Service] = svc
+		assignments = append(assignments, ipam.Assignment{Service: r.Service, Addresses: r.Ingress, SharingKey: r.SharingGroup(), Ports: r.Ports})
 	}
 	err = lb.alloc.Restore(assignments)
 	for _, e := range unwrapJoined(err) {
@@ -109,7 +109,7 @@ func (lb *loadBalancer) ready() error {
 				"Address %s is also in the status of %s, which had it first; this Service gets another address", dup.Addr, dup.Holder)
 		case errors.As(e, &notInPool):
 			for _, svc := range byKey {
-				if slices.Contains(ingressAddresses(svc), notInPool.Addr) {
+				if slices.Contains(ingressOf(svc), notInPool.Addr) {
 					lb.event(svc, v1.EventTypeWarning, ReasonAddressNotInPool,
 						"Address %s is in no pool of the cloud-config any more; this Service gets another address", notInPool.Addr)
 				}
@@ -151,6 +151,7 @@ func (lb *loadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 	lb.locks.LockKey(key)
 	defer func() { _ = lb.locks.UnlockKey(key) }()
 
+	before := lb.alloc.Addresses(key)
 	addrs, err := lb.assign(svc)
 	if err != nil {
 		reason := refusalReason(err)
@@ -159,11 +160,13 @@ func (lb *loadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 		klog.V(2).InfoS("Refused load balancer address", "service", klog.KObj(svc), "reason", reason, "err", err)
 		return nil, err
 	}
-	if had := ingressAddresses(svc); !slices.Equal(had, addrs) {
+	// The allocator's change, not the status's: a status that lags or was edited is
+	// package lbstatus's to report.
+	if !sameAddresses(before, addrs) {
 		allocations.Inc()
 		updatePoolMetrics(lb.alloc)
 		lb.event(svc, v1.EventTypeNormal, ReasonAddressAssigned, "Assigned %s", lb.describe(addrs))
-		klog.V(2).InfoS("Assigned load balancer addresses", "service", klog.KObj(svc), "addresses", addrs, "previous", had)
+		klog.V(2).InfoS("Assigned load balancer addresses", "service", klog.KObj(svc), "addresses", addrs, "previous", before)
 	}
 	return statusFor(addrs), nil
 }
@@ -171,12 +174,13 @@ func (lb *loadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 // assign asks the allocator for the Service's addresses. A PreferDualStack Service gets
 // its second family only where a pool offers it.
 func (lb *loadBalancer) assign(svc *v1.Service) ([]netip.Addr, error) {
-	req, err := requestFor(svc)
+	r, err := annotation.Parse(svc)
 	if err != nil {
 		return nil, err
 	}
+	req := r.Allocation()
 	addrs, err := lb.alloc.Assign(req)
-	if err == nil || len(req.Families) < 2 || svc.Spec.IPFamilyPolicy == nil || *svc.Spec.IPFamilyPolicy != v1.IPFamilyPolicyPreferDualStack {
+	if err == nil || !r.PreferDualStack {
 		return addrs, err
 	}
 	var notOffered *ipam.FamilyNotOfferedError
@@ -190,7 +194,7 @@ func (lb *loadBalancer) assign(svc *v1.Service) ([]netip.Addr, error) {
 }
 
 // UpdateLoadBalancer has nothing to do: the set of nodes does not change a Service's
-// addresses, and which node announces them is the owner controller's decision.
+// addresses, and which node announces them is the announcer's decision.
 func (lb *loadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName string, svc *v1.Service, nodes []*v1.Node) error {
 	return nil
 }
@@ -230,23 +234,21 @@ func (lb *loadBalancer) describe(addrs []netip.Addr) string {
 			s += ", "
 		}
 		s += a.String()
-		if p := lb.cfg.PoolFor(a); p != nil {
+		if p := lb.cfg.Load().PoolFor(a); p != nil {
 			s += fmt.Sprintf(" (pool %s)", p.Name)
 		}
 	}
 	return s
 }
 
-// ingressAddresses returns the addresses in a Service's status, in order.
-func ingressAddresses(svc *v1.Service) []netip.Addr {
-	var out []netip.Addr
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		if a, err := netip.ParseAddr(ing.IP); err == nil {
-			out = append(out, a)
-		}
-	}
-	return out
+// ingressOf returns the addresses in a Service's status, in order.
+func ingressOf(svc *v1.Service) []netip.Addr {
+	r, _ := annotation.Parse(svc)
+	return r.Ingress
 }
+
+// serviceKey names a Service as the allocator knows it.
+func serviceKey(svc *v1.Service) string { return svc.Namespace + "/" + svc.Name }
 
 // statusFor returns the status for addrs. ipMode VIP is set explicitly: the address is
 // delivered to the node with its destination unchanged, so kube-proxy must handle it.
@@ -267,4 +269,41 @@ func unwrapJoined(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// isRestored reports whether the allocator holds the addresses of the Services' status.
+func (lb *loadBalancer) isRestored() bool {
+	lb.restoreMu.Lock()
+	defer lb.restoreMu.Unlock()
+	return lb.restored
+}
+
+// setConfig moves the allocator to cfg's pools. A Service whose address no pool contains
+// any more loses it, with a Warning event: the agents withdraw such an address, so keeping
+// it would be an outage; it gets a new one when its load balancer is next ensured.
+func (lb *loadBalancer) setConfig(cfg *config.Config) {
+	lb.restoreMu.Lock()
+	defer lb.restoreMu.Unlock()
+	lb.cfg.Store(cfg)
+	dropped := lb.alloc.SetPools(cfg.Pools)
+	updatePoolMetrics(lb.alloc)
+	for _, d := range dropped {
+		klog.InfoS("Address released: no pool of the cloud-config contains it any more", "service", d.Service, "address", d.Addr)
+		ns, name, _ := cache.SplitMetaNamespaceKey(d.Service)
+		if lb.services == nil {
+			continue
+		}
+		if svc, err := lb.services.Services(ns).Get(name); err == nil {
+			lb.event(svc, v1.EventTypeWarning, ReasonAddressNotInPool,
+				"Address %s is in no pool of the cloud-config any more; this Service gets another address", d.Addr)
+		}
+	}
+}
+
+// sameAddresses reports whether a and b hold the same addresses, in any order.
+func sameAddresses(a, b []netip.Addr) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, netip.Addr.Compare)
+	slices.SortFunc(b, netip.Addr.Compare)
+	return slices.Equal(a, b)
 }

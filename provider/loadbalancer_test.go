@@ -190,3 +190,15 @@ func TestRestoreReportsConflicts(t *testing.T) {
 		}
 	}
 }
+
+func service(name string, policy v1.IPFamilyPolicy, families ...v1.IPFamily) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: map[string]string{}},
+		Spec: v1.ServiceSpec{
+			Type:           v1.ServiceTypeLoadBalancer,
+			IPFamilyPolicy: &policy,
+			IPFamilies:     families,
+			Ports:          []v1.ServicePort{{Protocol: v1.ProtocolTCP, Port: 80}},
+		},
+	}
+}

@@ -49,59 +49,12 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
-	probesSent = metrics.NewCounter(&metrics.CounterOpts{
-		Subsystem:      subsystem,
-		Name:           "agent_probes_total",
-		Help:           "Health probes sent to node agents.",
-		StabilityLevel: metrics.ALPHA,
-	})
-	probeRTT = metrics.NewHistogram(&metrics.HistogramOpts{
-		Subsystem:      subsystem,
-		Name:           "agent_probe_rtt_seconds",
-		Help:           "Round-trip time of answered health probes.",
-		Buckets:        metrics.ExponentialBuckets(0.0001, 2, 12),
-		StabilityLevel: metrics.ALPHA,
-	})
-	agentsByState = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem:      subsystem,
-		Name:           "agents",
-		Help:           "Node agents by state: up, down, draining or unknown (not yet probed enough).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"state"})
-	agentTransitions = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem:      subsystem,
-		Name:           "agent_state_changes_total",
-		Help:           "Changes of a node agent's state, by the new state.",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"state"})
-
-	announcerChanges = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem:      subsystem,
-		Name:           "announcer_changes_total",
-		Help:           "Announcer annotations written or removed, by the reason of the new choice.",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"reason"})
-
-	servicesPerAnnouncer = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem:      subsystem,
-		Name:           "announced_services",
-		Help:           "Services whose addresses each node announces.",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"node"})
-	servicesWithoutAnnouncer = metrics.NewGauge(&metrics.GaugeOpts{
-		Subsystem:      subsystem,
-		Name:           "services_without_announcer",
-		Help:           "Services with addresses that no node may announce.",
-		StabilityLevel: metrics.ALPHA,
-	})
-
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(poolSize, poolUsed, allocations, releases, allocationRefusals, restoredServices, announcerChanges, servicesPerAnnouncer, servicesWithoutAnnouncer,
-			probesSent, probeRTT, agentsByState, agentTransitions)
+		legacyregistry.MustRegister(poolSize, poolUsed, allocations, releases, allocationRefusals, restoredServices)
 	})
 }
 

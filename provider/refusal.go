@@ -53,7 +53,7 @@ func refusalMessage(svc *v1.Service, err error) string {
 	if hint != "" {
 		msg += "; " + hint
 	}
-	if had := ingressAddresses(svc); len(had) > 0 {
+	if had := ingressOf(svc); len(had) > 0 {
 		var s []string
 		for _, a := range had {
 			s = append(s, a.String())

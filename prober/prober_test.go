@@ -1,4 +1,4 @@
-package provider
+package prober
 
 import (
 	"context"
@@ -21,22 +21,22 @@ import (
 func TestAgentHealth(t *testing.T) {
 	type step struct {
 		o    outcome
-		want AgentState
+		want State
 	}
 	for _, tc := range []struct {
 		name  string
 		steps []step
 	}{
-		{"first answer: up at once", []step{{answeredReady, AgentUp}}},
-		{"first misses: down at the threshold", []step{{missed, AgentUnknown}, {refused, AgentUnknown}, {missed, AgentDown}}},
-		{"misses below the threshold keep it up", []step{{answeredReady, AgentUp}, {missed, AgentUp}, {missed, AgentUp}, {answeredReady, AgentUp}, {missed, AgentUp}, {missed, AgentUp}}},
-		{"threshold of misses in a row: down", []step{{answeredReady, AgentUp}, {missed, AgentUp}, {refused, AgentUp}, {missed, AgentDown}}},
+		{"first answer: up at once", []step{{answeredReady, Up}}},
+		{"first misses: down at the threshold", []step{{missed, Unknown}, {refused, Unknown}, {missed, Down}}},
+		{"misses below the threshold keep it up", []step{{answeredReady, Up}, {missed, Up}, {missed, Up}, {answeredReady, Up}, {missed, Up}, {missed, Up}}},
+		{"threshold of misses in a row: down", []step{{answeredReady, Up}, {missed, Up}, {refused, Up}, {missed, Down}}},
 		{"back up only after three answers in a row", []step{
-			{answeredReady, AgentUp}, {missed, AgentUp}, {missed, AgentUp}, {missed, AgentDown},
-			{answeredReady, AgentDown}, {answeredReady, AgentDown}, {missed, AgentDown},
-			{answeredReady, AgentDown}, {answeredReady, AgentDown}, {answeredReady, AgentUp},
+			{answeredReady, Up}, {missed, Up}, {missed, Up}, {missed, Down},
+			{answeredReady, Down}, {answeredReady, Down}, {missed, Down},
+			{answeredReady, Down}, {answeredReady, Down}, {answeredReady, Up},
 		}},
-		{"draining at once, whatever came before", []step{{answeredReady, AgentUp}, {answeredDraining, AgentDraining}, {missed, AgentDraining}, {missed, AgentDraining}, {missed, AgentDown}}},
+		{"draining at once, whatever came before", []step{{answeredReady, Up}, {answeredDraining, Draining}, {missed, Draining}, {missed, Draining}, {missed, Down}}},
 	} {
 		var h agentHealth
 		for i, s := range tc.steps {
@@ -85,7 +85,7 @@ func TestProber(t *testing.T) {
 	client := fake.NewClientset(node("node-a", "127.0.0.2"), node("node-b", "127.0.0.3"), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "no-address"}})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cfg := config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}
-	p := newProber(cfg, factory.Core().V1().Nodes())
+	p := New(cfg, factory.Core().V1().Nodes())
 	changes := make(chan string, 100)
 	p.OnChange(func(node string) { changes <- node })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -102,21 +102,21 @@ func TestProber(t *testing.T) {
 		t.Fatal("prober never synced")
 	}
 	t.Logf("synced after %v", time.Since(start))
-	if got := p.Health("node-a"); got != AgentUp {
+	if got := p.Health("node-a"); got != Up {
 		t.Errorf("node-a %v, want up", got)
 	}
-	if got := p.Health("node-b"); got != AgentDown {
+	if got := p.Health("node-b"); got != Down {
 		t.Errorf("node-b %v, want down", got)
 	}
-	if got := p.Health("no-address"); got != AgentDown {
+	if got := p.Health("no-address"); got != Down {
 		t.Errorf("node without address %v, want down", got)
 	}
 	// What the status page shows of each: where it is probed, and the last round trip.
-	probed := p.probedAgents()
-	if a := probed["node-a"]; a.addr.String() != "127.0.0.2:"+strconv.Itoa(port) || a.lastRTT <= 0 || a.lastAnswer.IsZero() {
+	probed := p.Agents()
+	if a := probed["node-a"]; a.Address.String() != "127.0.0.2:"+strconv.Itoa(port) || a.LastRTT <= 0 || a.LastAnswer.IsZero() {
 		t.Errorf("node-a probed %+v, want its address, an RTT and the time of the answer", a)
 	}
-	if b := probed["node-b"]; b.addr.String() != "127.0.0.3:"+strconv.Itoa(port) || b.lastRTT != 0 || !b.lastAnswer.IsZero() {
+	if b := probed["node-b"]; b.Address.String() != "127.0.0.3:"+strconv.Itoa(port) || b.LastRTT != 0 || !b.LastAnswer.IsZero() {
 		t.Errorf("node-b probed %+v, want its address and no answer", b)
 	}
 	if _, ok := probed["no-address"]; ok {
@@ -127,13 +127,13 @@ func TestProber(t *testing.T) {
 	drain(changes)
 	stopA()
 	died := time.Now()
-	waitState(t, p, changes, "node-a", AgentDown, time.Second)
+	waitState(t, p, changes, "node-a", Down, time.Second)
 	t.Logf("node-a down %v after its agent stopped", time.Since(died))
 
 	// It comes back: up only after three answers in a row.
 	respond(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
 	back := time.Now()
-	waitState(t, p, changes, "node-a", AgentUp, 2*time.Second)
+	waitState(t, p, changes, "node-a", Up, 2*time.Second)
 	if took := time.Since(back); took < 2*cfg.ProbeInterval {
 		t.Errorf("node-a up %v after its agent came back: too soon for three answers %v apart", took, cfg.ProbeInterval)
 	}
@@ -149,7 +149,7 @@ func drain(ch chan string) {
 	}
 }
 
-func waitState(t *testing.T, p *prober, changes chan string, node string, want AgentState, within time.Duration) {
+func waitState(t *testing.T, p *Prober, changes chan string, node string, want State, within time.Duration) {
 	t.Helper()
 	deadline := time.After(within)
 	for {

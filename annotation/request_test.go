@@ -1,6 +1,7 @@
-package provider
+package annotation
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -9,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
@@ -29,11 +29,11 @@ func service(name string, policy v1.IPFamilyPolicy, families ...v1.IPFamily) *v1
 func TestRequestFor(t *testing.T) {
 	svc := service("web", v1.IPFamilyPolicyRequireDualStack, v1.IPv6Protocol, v1.IPv4Protocol)
 	svc.Labels = map[string]string{"tier": "public"}
-	svc.Annotations[annotation.Pool] = " edge "
-	svc.Annotations[annotation.IPs] = "198.51.100.7, 2001:db8::7"
-	svc.Annotations[annotation.AllowSharedIP] = "shared"
+	svc.Annotations[Pool] = " edge "
+	svc.Annotations[IPs] = "198.51.100.7, 2001:db8::7"
+	svc.Annotations[AllowSharedIP] = "shared"
 	svc.Spec.LoadBalancerIP = "198.51.100.7"
-	req, err := requestFor(svc)
+	r, err := Parse(svc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,17 +41,20 @@ func TestRequestFor(t *testing.T) {
 		Service: "ns/web", Namespace: "ns", Labels: svc.Labels, Pool: "edge",
 		Families:   []iprange.Family{iprange.IPv6, iprange.IPv4},
 		Addresses:  []netip.Addr{netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("2001:db8::7")},
-		SharingKey: "shared", Ports: []ipam.Port{{Protocol: "TCP", Port: 80}},
+		SharingKey: "ns/shared", Ports: []ipam.Port{{Protocol: "TCP", Port: 80}},
 	}
-	if fmt.Sprint(req) != fmt.Sprint(want) {
-		t.Errorf("requestFor =\n%+v\nwant\n%+v", req, want)
+	if got := r.Allocation(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Allocation =\n%+v\nwant\n%+v", got, want)
+	}
+	if r.Group() != "shared/ns/shared" || !r.Ours() || r.Announced() {
+		t.Errorf("group %q, ours %v, announced %v; want shared/ns/shared, ours, not announced (no address yet)", r.Group(), r.Ours(), r.Announced())
 	}
 
 	single := service("single", v1.IPFamilyPolicySingleStack, v1.IPv6Protocol)
 	single.Spec.LoadBalancerIP = "2001:db8::9"
-	req, err = requestFor(single)
-	if err != nil || !slices.Equal(req.Families, []iprange.Family{iprange.IPv6}) || !slices.Equal(req.Addresses, []netip.Addr{netip.MustParseAddr("2001:db8::9")}) {
-		t.Errorf("single stack: %+v, %v", req, err)
+	r, err = Parse(single)
+	if err != nil || !slices.Equal(r.Families, []iprange.Family{iprange.IPv6}) || !slices.Equal(r.Addresses, []netip.Addr{netip.MustParseAddr("2001:db8::9")}) {
+		t.Errorf("single stack: %+v, %v", r, err)
 	}
 }
 
@@ -62,28 +65,28 @@ func TestRequestForErrors(t *testing.T) {
 		want   string
 	}{{
 		name:   "not an address",
-		mutate: func(s *v1.Service) { s.Annotations[annotation.IPs] = "198.51.100.7,banana" },
+		mutate: func(s *v1.Service) { s.Annotations[IPs] = "198.51.100.7,banana" },
 		want:   `lb.baremetal.io/ips="198.51.100.7,banana": "banana" is not an IP address`,
 	}, {
 		name:   "empty entry",
-		mutate: func(s *v1.Service) { s.Annotations[annotation.IPs] = "198.51.100.7," },
+		mutate: func(s *v1.Service) { s.Annotations[IPs] = "198.51.100.7," },
 		want:   `lb.baremetal.io/ips="198.51.100.7,": "" is not an IP address`,
 	}, {
 		name:   "two of one family",
-		mutate: func(s *v1.Service) { s.Annotations[annotation.IPs] = "198.51.100.7,198.51.100.8" },
+		mutate: func(s *v1.Service) { s.Annotations[IPs] = "198.51.100.7,198.51.100.8" },
 		want:   `lb.baremetal.io/ips="198.51.100.7,198.51.100.8": more than one IPv4 address`,
 	}, {
 		name:   "family the Service lacks",
-		mutate: func(s *v1.Service) { s.Annotations[annotation.IPs] = "2001:db8::1" },
+		mutate: func(s *v1.Service) { s.Annotations[IPs] = "2001:db8::1" },
 		want:   `lb.baremetal.io/ips="2001:db8::1": 2001:db8::1 is IPv6, but the Service's ipFamilies are [IPv4]`,
 	}, {
 		name:   "zone",
 		mutate: func(s *v1.Service) { s.Spec.LoadBalancerIP = "fe80::1%eth0" },
-		want:   `spec.loadBalancerIP="fe80::1%eth0": fe80::1%eth0 cannot be a Service address`,
+		want:   `spec.loadBalancerIP="fe80::1%eth0": fe80::1%eth0 has a zone: a Service address cannot`,
 	}, {
 		name: "annotation and loadBalancerIP disagree",
 		mutate: func(s *v1.Service) {
-			s.Annotations[annotation.IPs] = "198.51.100.7"
+			s.Annotations[IPs] = "198.51.100.7"
 			s.Spec.LoadBalancerIP = "198.51.100.8"
 		},
 		want: `spec.loadBalancerIP="198.51.100.8": disagrees with lb.baremetal.io/ips="198.51.100.7"; set only one of them`,
@@ -96,12 +99,13 @@ func TestRequestForErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			svc := service("x", v1.IPFamilyPolicySingleStack, v1.IPv4Protocol)
 			tc.mutate(svc)
-			_, err := requestFor(svc)
+			_, err := Parse(svc)
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("error = %v, want %q", err, tc.want)
 			}
-			if refusalReason(err) != ReasonInvalidRequest {
-				t.Errorf("reason = %s, want %s", refusalReason(err), ReasonInvalidRequest)
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Errorf("error %v is not a *FieldError", err)
 			}
 		})
 	}

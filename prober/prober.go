@@ -1,4 +1,4 @@
-package provider
+package prober
 
 import (
 	"context"
@@ -22,82 +22,33 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
-// AgentState is what the prober knows of a node's agent.
-type AgentState int
+// State is what the prober knows of a node's agent.
+type State int
 
+// The states of an agent.
 const (
-	// AgentUnknown: not probed long enough to say.
-	AgentUnknown AgentState = iota
-	// AgentUp: answering, ready.
-	AgentUp
-	// AgentDown: not answering (or the node has no address to probe).
-	AgentDown
-	// AgentDraining: answering, but shutting down.
-	AgentDraining
+	// Unknown: not probed long enough to say.
+	Unknown State = iota
+	// Up: answering, ready.
+	Up
+	// Down: not answering (or the node has no address to probe).
+	Down
+	// Draining: answering, but shutting down.
+	Draining
 )
 
 // String returns the state in lower case, as in metrics labels.
-func (s AgentState) String() string {
+func (s State) String() string {
 	return [...]string{"unknown", "up", "down", "draining"}[s]
 }
 
-// outcome is the result of one probe.
-type outcome int
-
-const (
-	answeredReady outcome = iota
-	answeredDraining
-	missed  // no answer in time
-	refused // ICMP port unreachable: the node is there, its agent is not
-)
-
-// recoveryThreshold is how many answers in a row bring a down agent back up, so that a
-// flapping node does not pull addresses back and forth.
-const recoveryThreshold = 3
-
-// rapidInterval is the time between probes of an agent that missed one, until it answers
-// or is taken for dead: detection is most of a failover, so suspicion is settled fast.
-const rapidInterval = 15 * time.Millisecond
-
-// agentHealth follows one agent through its probes' outcomes. It is the pure part of the
-// prober.
-type agentHealth struct {
-	state            AgentState
-	misses, answered int // in a row
-}
-
-// observe records an outcome and reports whether the state changed.
-func (h *agentHealth) observe(o outcome, failureThreshold int) bool {
-	old := h.state
-	switch o {
-	case answeredReady:
-		h.misses = 0
-		h.answered++
-		if h.state == AgentUnknown || h.state == AgentDraining || h.answered >= recoveryThreshold {
-			h.state = AgentUp
-		}
-	case answeredDraining:
-		h.misses, h.answered = 0, 0
-		h.state = AgentDraining
-	case missed, refused:
-		h.answered = 0
-		h.misses++
-		if h.misses >= failureThreshold {
-			h.state = AgentDown
-		}
-	}
-	return h.state != old
-}
-
-// suspect reports whether the agent has missed probes but is not yet taken for dead.
-func (h *agentHealth) suspect() bool { return h.misses > 0 && h.state != AgentDown }
-
-// prober checks every node's agent with UDP probes (package probe) every probe interval,
-// from the leader only, and is the owner controller's HealthSource. Its cost is two small
+// Prober checks every node's agent with UDP probes (package probe) every probe interval,
+// from the leader only, and is the announcer's source of agent health. Its cost is two small
 // packets per node and interval, and nothing through the API server.
-type prober struct {
-	cfg   config.Failover
-	nodes corelisters.NodeLister
+type Prober struct {
+	cfg         config.Failover
+	nodes       corelisters.NodeLister
+	nodesSynced cache.InformerSynced
 
 	mu        sync.Mutex
 	ctx       context.Context // Run's; nil before Run
@@ -113,15 +64,18 @@ type prober struct {
 type agentProbe struct {
 	addr   netip.AddrPort
 	cancel context.CancelFunc
-	state  AgentState
+	state  State
 	// lastRTT (ns) and lastAnswer (Unix ns) are the last answered probe's round trip and
 	// arrival, for the status page. Atomics, because the probe loop writes them on every
 	// answer, and p.mu is on the path of every announcer decision.
 	lastRTT, lastAnswer atomic.Int64
 }
 
-func newProber(cfg config.Failover, nodes coreinformers.NodeInformer) *prober {
-	p := &prober{cfg: cfg, nodes: nodes.Lister(), agents: map[string]*agentProbe{}}
+// New returns a prober of the agents of the nodes in the informer. It probes nothing
+// before Run.
+func New(cfg config.Failover, nodes coreinformers.NodeInformer) *Prober {
+	registerMetrics()
+	p := &Prober{cfg: cfg, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.syncNode,
 		UpdateFunc: func(_, cur any) { p.syncNode(cur) },
@@ -144,31 +98,34 @@ func newProber(cfg config.Failover, nodes coreinformers.NodeInformer) *prober {
 }
 
 // Health returns what is known of node's agent.
-func (p *prober) Health(node string) AgentState {
+func (p *Prober) Health(node string) State {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if a := p.agents[node]; a != nil {
 		return a.state
 	}
-	return AgentDown
+	return Down
 }
 
 // OnChange registers f to be called with the name of a node whose agent changed state.
-func (p *prober) OnChange(f func(node string)) {
+func (p *Prober) OnChange(f func(node string)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.listeners = append(p.listeners, f)
 }
 
 // HasSynced reports whether every node there was at the start has a verdict.
-func (p *prober) HasSynced() bool {
+func (p *Prober) HasSynced() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ctx != nil && len(p.pending) == 0
 }
 
-// Run probes until ctx ends. Call it once the node informer has synced.
-func (p *prober) Run(ctx context.Context) {
+// Run probes until ctx ends, from the time the node informer has synced.
+func (p *Prober) Run(ctx context.Context) {
+	if !cache.WaitForNamedCacheSync("baremetal-agent-prober", ctx.Done(), p.nodesSynced) {
+		return
+	}
 	nodes, err := p.nodes.List(labels.Everything())
 	if err != nil {
 		klog.ErrorS(err, "Cannot list nodes to probe")
@@ -192,7 +149,7 @@ func (p *prober) Run(ctx context.Context) {
 }
 
 // forget stops probing a node, if it is probed. p.mu is held.
-func (p *prober) forget(node string) {
+func (p *Prober) forget(node string) {
 	a := p.agents[node]
 	if a == nil {
 		return
@@ -204,7 +161,7 @@ func (p *prober) forget(node string) {
 
 // syncNode starts probing a node, or probing it at its new address. Before Run, it does
 // nothing: Run starts every node.
-func (p *prober) syncNode(obj any) {
+func (p *Prober) syncNode(obj any) {
 	n, ok := obj.(*v1.Node)
 	if !ok {
 		return
@@ -227,7 +184,7 @@ func (p *prober) syncNode(obj any) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	a := &agentProbe{addr: addr, cancel: cancel}
 	p.agents[n.Name] = a
-	agentsByState.WithLabelValues(AgentUnknown.String()).Inc()
+	agentsByState.WithLabelValues(Unknown.String()).Inc()
 	go p.probe(ctx, n.Name, a)
 }
 
@@ -245,14 +202,14 @@ func agentAddress(n *v1.Node, port int) (netip.AddrPort, bool) {
 }
 
 // probe probes one agent until ctx ends.
-func (p *prober) probe(ctx context.Context, node string, a *agentProbe) {
+func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 	addr := a.addr
 	// A connected socket: an ICMP port unreachable, which says the node is there but its
 	// agent is not, comes back as an error on it.
 	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		klog.ErrorS(err, "Cannot probe agent", "node", node, "address", addr)
-		p.transition(node, a, AgentDown, missed, 0)
+		p.transition(node, a, Down, missed, 0)
 		return
 	}
 	context.AfterFunc(ctx, func() { conn.Close() })
@@ -315,7 +272,7 @@ func (p *prober) probe(ctx context.Context, node string, a *agentProbe) {
 
 // await reads until the answer to nonce arrives or deadline passes. Answers to earlier
 // probes, and anything malformed, are skipped.
-func (p *prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string, deadline time.Time) outcome {
+func (p *Prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string, deadline time.Time) outcome {
 	if err := conn.SetReadDeadline(deadline); err != nil {
 		return missed
 	}
@@ -349,7 +306,7 @@ func refusedOr(err error, o outcome) outcome {
 
 // transition records the new state of a node's agent as probe a found it, and tells the
 // listeners. A probe replaced meanwhile (the node gone, or at a new address) has no say.
-func (p *prober) transition(node string, a *agentProbe, s AgentState, o outcome, rtt time.Duration) {
+func (p *Prober) transition(node string, a *agentProbe, s State, o outcome, rtt time.Duration) {
 	p.mu.Lock()
 	if p.agents[node] != a {
 		p.mu.Unlock()
@@ -368,29 +325,28 @@ func (p *prober) transition(node string, a *agentProbe, s AgentState, o outcome,
 	}
 }
 
-// probed is what the status page shows of the probing of one node's agent.
-type probed struct {
-	addr       netip.AddrPort // invalid when the node is not probed
-	lastRTT    time.Duration  // of the last answered probe; 0 before any answer
-	lastAnswer time.Time      // zero before any answer
+// Agent is what the prober knows of the probing of one node's agent.
+type Agent struct {
+	// Address is where the agent is probed.
+	Address netip.AddrPort
+	// LastRTT is the round trip of the last answered probe; 0 before any answer.
+	LastRTT time.Duration
+	// LastAnswer is when the last answer arrived; zero before any answer.
+	LastAnswer time.Time
 }
 
-// probedAgents returns the probing of every agent probed now, by node name.
-func (p *prober) probedAgents() map[string]probed {
+// Agents returns the probing of every agent probed now, by node name: a copy, for the
+// status page.
+func (p *Prober) Agents() map[string]Agent {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]probed, len(p.agents))
+	out := make(map[string]Agent, len(p.agents))
 	for node, a := range p.agents {
-		pr := probed{addr: a.addr, lastRTT: time.Duration(a.lastRTT.Load())}
+		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load())}
 		if at := a.lastAnswer.Load(); at != 0 {
-			pr.lastAnswer = time.Unix(0, at)
+			pr.LastAnswer = time.Unix(0, at)
 		}
 		out[node] = pr
 	}
 	return out
-}
-
-// String names an outcome for logs.
-func (o outcome) String() string {
-	return [...]string{"answered", "draining", "missed", "refused"}[o]
 }

@@ -1,0 +1,279 @@
+// Package announcer is the ccm's announcer controller: it chooses the node that announces
+// each Service address, with the rule of package owner, and publishes the choice as the
+// announcer annotation of the Services holding the address. It is the annotation's only
+// writer, and writes only when the choice changes.
+//
+// Its unit is the address group: the Services that hold an address, together with the
+// other addresses they hold (a dual-stack Service has one announcer for both). Grouping by
+// the addresses in the Services' status, rather than by their sharing keys, keeps one
+// announcer per address whatever the Services ask for now: a Service that dropped its
+// sharing key but could not get an address of its own yet still holds the shared one.
+package announcer
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+)
+
+// Name is the controller's name, in main's controller list, its queue and its logs.
+const Name = "baremetal-announcer"
+
+// Event reasons of the announcer.
+const (
+	ReasonAnnouncerChanged = "AnnouncerChanged"
+	ReasonNoAnnouncer      = "NoAnnouncer"
+)
+
+// byAddress indexes Services by the addresses in their status.
+const byAddress = "lb.baremetal.io/ingress-address"
+
+// Health is what the announcer needs to know of the node agents: a *prober.Prober.
+type Health interface {
+	// Health returns the state of a node's agent.
+	Health(node string) prober.State
+	// OnChange registers a function called with the node whose agent changed state.
+	OnChange(func(node string))
+	// HasSynced reports whether every agent there was at the start has a verdict.
+	HasSynced() bool
+}
+
+// Controller is the announcer controller. Its queue holds address groups, named
+// "address/<the group's lowest address>", and "service/<namespace>/<name>" for a Service
+// without addresses whose annotation is to be removed.
+type Controller struct {
+	cfg      atomic.Pointer[config.Config]
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	health   Health
+
+	services       corelisters.ServiceLister
+	serviceIndexer cache.Indexer
+	slices         discoverylisters.EndpointSliceLister
+	nodes          corelisters.NodeLister
+	synced         []cache.InformerSynced
+
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	decided map[string]decision  // the last decision per group, to warn once and for the status page
+	owned   map[string]ownership // the last decision per group, for the gauges
+	changes changeLog            // the last announcer changes, for the status page
+}
+
+// New returns an announcer over the Services, EndpointSlices and Nodes of factory. It
+// writes with client, which should have a rate limit of its own: after a node failure it
+// patches every Service that node announced at once.
+func New(cfg *config.Config, factory informers.SharedInformerFactory, client kubernetes.Interface, recorder record.EventRecorder, health Health) *Controller {
+	registerMetrics()
+	services := factory.Core().V1().Services()
+	slices := factory.Discovery().V1().EndpointSlices()
+	nodes := factory.Core().V1().Nodes()
+	c := &Controller{
+		client:         client,
+		recorder:       recorder,
+		health:         health,
+		services:       services.Lister(),
+		serviceIndexer: services.Informer().GetIndexer(),
+		slices:         slices.Lister(),
+		nodes:          nodes.Lister(),
+		synced:         []cache.InformerSynced{services.Informer().HasSynced, slices.Informer().HasSynced, nodes.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
+		decided: map[string]decision{},
+		owned:   map[string]ownership{},
+	}
+	c.cfg.Store(cfg)
+	utilruntime.Must(services.Informer().AddIndexers(cache.Indexers{byAddress: func(obj any) ([]string, error) {
+		svc, ok := obj.(*v1.Service)
+		if !ok {
+			return nil, nil
+		}
+		r, _ := annotation.Parse(svc)
+		var out []string
+		for _, a := range r.Ingress {
+			out = append(out, a.String())
+		}
+		return out, nil
+	}}))
+	_, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueService,
+		UpdateFunc: func(old, cur any) {
+			c.enqueueService(old)
+			c.enqueueService(cur)
+		},
+		DeleteFunc: c.enqueueService,
+	})
+	utilruntime.Must(err)
+	_, err = slices.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueSlice,
+		UpdateFunc: func(_, cur any) { c.enqueueSlice(cur) },
+		DeleteFunc: c.enqueueSlice,
+	})
+	utilruntime.Must(err)
+	_, err = nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.enqueueAll() },
+		UpdateFunc: func(old, cur any) {
+			if nodeChanged(old, cur) {
+				c.enqueueAll()
+			}
+		},
+		DeleteFunc: func(any) { c.enqueueAll() },
+	})
+	utilruntime.Must(err)
+	return c
+}
+
+// SetConfig replaces the cloud-config, for a file that changed: every group is decided
+// again under the pools' new nodeSelectors.
+func (c *Controller) SetConfig(cfg *config.Config) {
+	c.cfg.Store(cfg)
+	c.enqueueAll()
+}
+
+// nodeChanged reports whether a node update can change a decision: kubelets update their
+// Node often, and most updates do not.
+func nodeChanged(old, cur any) bool {
+	o, ok1 := old.(*v1.Node)
+	n, ok2 := cur.(*v1.Node)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return !labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+}
+
+// addressKey names the group of address a, until a lower address joins it.
+func addressKey(a netip.Addr) string { return "address/" + a.String() }
+
+// serviceKey names a Service without addresses, whose annotation may need removing.
+func serviceKey(svc *v1.Service) string { return "service/" + svc.Namespace + "/" + svc.Name }
+
+func (c *Controller) enqueueService(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	svc, ok := obj.(*v1.Service)
+	if !ok {
+		return
+	}
+	r, _ := annotation.Parse(svc)
+	for _, a := range r.Ingress {
+		c.queue.Add(addressKey(a))
+	}
+	if len(r.Ingress) == 0 && r.Announcer != "" {
+		c.queue.Add(serviceKey(svc))
+	}
+}
+
+func (c *Controller) enqueueSlice(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	slice, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	name := slice.Labels[discoveryv1.LabelServiceName]
+	if svc, err := c.services.Services(slice.Namespace).Get(name); err == nil {
+		c.enqueueService(svc)
+	}
+}
+
+// enqueueNode queues the groups node announces ahead of the others, when its agent
+// changed state: with thousands of Services, the ones that lost their announcer go first.
+func (c *Controller) enqueueNode(node string) {
+	c.mu.Lock()
+	var first []string
+	for key, o := range c.owned {
+		if o.node == node {
+			first = append(first, key)
+		}
+	}
+	c.mu.Unlock()
+	for _, key := range first {
+		c.queue.Add(key)
+	}
+	c.enqueueAll()
+}
+
+func (c *Controller) enqueueAll() {
+	services, err := c.services.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, svc := range services {
+		c.enqueueService(svc)
+	}
+}
+
+// Run decides with workers until ctx ends. It decides nothing before its caches have
+// synced and every agent has a verdict: deciding before that would take every address
+// away from the nodes not probed yet.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
+		return
+	}
+	if !cache.WaitForNamedCacheSync(Name+"-agents", ctx.Done(), c.health.HasSynced) {
+		return
+	}
+	c.health.OnChange(c.enqueueNode)
+	c.enqueueAll()
+	klog.InfoS("Announcer started", "workers", workers)
+	for range workers {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+}
+
+// HasSynced reports whether the announcer's caches have synced and every agent has a
+// verdict, so that its decisions are made on a full view.
+func (c *Controller) HasSynced() bool {
+	for _, synced := range c.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return c.health.HasSynced()
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx, key); err != nil {
+		klog.ErrorS(err, "Syncing announcer failed, will retry", "group", key)
+		c.queue.AddRateLimited(key)
+	} else {
+		c.queue.Forget(key)
+	}
+	return true
+}

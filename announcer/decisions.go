@@ -1,0 +1,140 @@
+package announcer
+
+import (
+	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+)
+
+// decision is a group's last decision and the sentence that explains it.
+type decision struct {
+	node   string
+	reason owner.Reason
+	// why is owner.Explain's sentence: why the group moved to node, as in the event, or
+	// why node has it when this ccm found it there.
+	why string
+	// since is when this ccm first made this decision (node and reason).
+	since time.Time
+	// services are the group's members, "namespace/name".
+	services []string
+}
+
+// ownership is a group's announcer ("" for none) and how many Services it holds.
+type ownership struct {
+	node     string
+	services int
+}
+
+// remember records the group's decision with the sentence that explains it, and reports
+// whether a NoAnnouncer warning is due: on the first decision of the group, and whenever
+// the reason changes.
+func (c *Controller) remember(key string, members []member, g owner.Group, nodes []owner.Node, d owner.Decision) bool {
+	services := make([]string, len(members))
+	for i, m := range members {
+		services[i] = m.req.Service
+	}
+	c.mu.Lock()
+	last, seen := c.decided[key]
+	c.mu.Unlock()
+	same := seen && last.node == d.Node && last.reason == d.Reason
+	// A kept announcer keeps the sentence of the change that brought it there, as its
+	// event said it. With no announcer the sentence lists what keeps each node out, which
+	// changes under the same reason, so it is written anew.
+	if same && d.Node != "" {
+		last.services = services
+		c.mu.Lock()
+		c.decided[key] = last
+		c.mu.Unlock()
+		return false
+	}
+	now := decision{node: d.Node, reason: d.Reason, since: last.since, services: services}
+	if !same {
+		now.since = time.Now()
+	}
+	// The node the group moves from: the last decision, or, on this ccm's first decision,
+	// the node the annotations name.
+	prev := last.node
+	if !seen {
+		prev = c.current(key, members)
+	}
+	if prev == d.Node {
+		prev = "" // nothing moved: explain the choice itself
+	}
+	now.why = owner.Explain(prev, g, nodes, d)
+	c.mu.Lock()
+	c.decided[key] = now
+	c.mu.Unlock()
+	return !seen || last.reason != d.Reason
+}
+
+// logChange keeps an announcer change, or a NoAnnouncer warning, for the status page.
+func (c *Controller) logChange(service, event, from string, d owner.Decision, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.changes.add(Change{
+		Time: time.Now(), Service: service, Event: event,
+		From: from, To: d.Node, Reason: string(d.Reason), Why: why,
+	})
+}
+
+// forget drops what is known of a group that is gone, or that is decided under another
+// name now.
+func (c *Controller) forget(key string) {
+	c.account(key, ownership{})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.decided, key)
+}
+
+// account moves a group's Services in the gauges from its last decision to now.
+func (c *Controller) account(key string, now ownership) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	was := c.owned[key]
+	if was == now {
+		return
+	}
+	for _, o := range []struct {
+		ownership
+		sign float64
+	}{{was, -1}, {now, 1}} {
+		if o.services == 0 {
+			continue
+		}
+		if o.node == "" {
+			servicesWithoutAnnouncer.Add(o.sign * float64(o.services))
+		} else {
+			servicesPerAnnouncer.WithLabelValues(o.node).Add(o.sign * float64(o.services))
+		}
+	}
+	if now.services == 0 {
+		delete(c.owned, key)
+	} else {
+		c.owned[key] = now
+	}
+}
+
+// maxChanges is how many announcer changes the status page lists: enough to see what a
+// failover moved, little enough to keep in memory.
+const maxChanges = 50
+
+// changeLog keeps the last maxChanges announcer changes in a ring. Controller.mu guards
+// it.
+type changeLog struct {
+	ring [maxChanges]Change
+	n    int // changes ever added
+}
+
+func (l *changeLog) add(c Change) {
+	l.ring[l.n%maxChanges] = c
+	l.n++
+}
+
+// newestFirst returns the changes kept, the newest first.
+func (l *changeLog) newestFirst() []Change {
+	out := make([]Change, 0, min(l.n, maxChanges))
+	for i := l.n - 1; i >= 0 && i >= l.n-maxChanges; i-- {
+		out = append(out, l.ring[i%maxChanges])
+	}
+	return out
+}

@@ -1,0 +1,275 @@
+package announcer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+)
+
+// member is a Service of a group, with its request.
+type member struct {
+	svc *v1.Service
+	req *annotation.Request
+}
+
+// sync applies the rule to one group and publishes the result. It is idempotent: with
+// nothing changed, it writes nothing.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	if name, ok := strings.CutPrefix(key, "service/"); ok {
+		return c.syncService(ctx, name)
+	}
+	start, err := netip.ParseAddr(strings.TrimPrefix(key, "address/"))
+	if err != nil {
+		return nil // not a key this controller queues
+	}
+	members, stale, err := c.group(start)
+	if err != nil {
+		return err
+	}
+	for _, svc := range stale {
+		// No address to announce any more: the annotation would mislead the agents.
+		if err := c.setAnnouncer(ctx, svc, ""); err != nil {
+			return err
+		}
+	}
+	if len(members) == 0 {
+		c.forget(key)
+		return nil
+	}
+	g, err := c.ruleGroup(key, members)
+	if err != nil {
+		return err
+	}
+	if first := addressKey(netip.MustParseAddr(g.FirstIP)); first != key {
+		// A lower address joined the group: it is decided under that name now.
+		c.forget(key)
+		c.queue.Add(first)
+		return nil
+	}
+	nodes, err := c.nodeStates()
+	if err != nil {
+		return err
+	}
+	d := owner.Select(g, nodes)
+	warn := c.remember(key, members, g, nodes, d)
+	c.account(key, ownership{node: d.Node, services: len(members)})
+	for _, m := range members {
+		prev := m.req.Announcer
+		if prev == d.Node {
+			if d.Node == "" && warn {
+				why := owner.Explain(prev, g, nodes, d)
+				c.recorder.Eventf(m.svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", g.FirstIP, why)
+				c.logChange(m.req.Service, ReasonNoAnnouncer, prev, d, why)
+			}
+			continue
+		}
+		why := owner.Explain(prev, g, nodes, d)
+		if err := c.setAnnouncer(ctx, m.svc, d.Node); err != nil {
+			return err
+		}
+		announcerChanges.WithLabelValues(string(d.Reason)).Inc()
+		if d.Node == "" {
+			c.recorder.Eventf(m.svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", g.FirstIP, why)
+			c.logChange(m.req.Service, ReasonNoAnnouncer, prev, d, why)
+		} else {
+			c.recorder.Eventf(m.svc, v1.EventTypeNormal, ReasonAnnouncerChanged, "Announcer of %s changed from %q to %q: %s", g.FirstIP, prev, d.Node, why)
+			c.logChange(m.req.Service, ReasonAnnouncerChanged, prev, d, why)
+		}
+		klog.V(2).InfoS("Announcer changed", "service", klog.KObj(m.svc), "from", prev, "to", d.Node, "reason", why)
+	}
+	return nil
+}
+
+// syncService handles a Service that had no address when it was queued: one whose
+// addresses were withdrawn keeps no announcer.
+func (c *Controller) syncService(ctx context.Context, name string) error {
+	ns, n, err := cache.SplitMetaNamespaceKey(name)
+	if err != nil {
+		return nil
+	}
+	svc, err := c.services.Services(ns).Get(n)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r, _ := annotation.Parse(svc)
+	if r.Announced() {
+		c.enqueueService(svc) // its addresses' groups decide
+		return nil
+	}
+	if r.Announcer == "" {
+		return nil
+	}
+	return c.setAnnouncer(ctx, svc, "")
+}
+
+// group returns the Services to announce that hold start, or hold an address that such
+// a Service holds, and so on: every Service whose announcer must be the same. They come
+// sorted by name. stale are the Services met on the way that are not to be announced
+// (being deleted, no longer ours) but still name an announcer.
+func (c *Controller) group(start netip.Addr) (members []member, stale []*v1.Service, err error) {
+	todo := []netip.Addr{start}
+	seenAddr := map[netip.Addr]bool{start: true}
+	seenSvc := map[string]bool{}
+	for len(todo) > 0 {
+		a := todo[0]
+		todo = todo[1:]
+		objs, err := c.serviceIndexer.ByIndex(byAddress, a.String())
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, o := range objs {
+			svc := o.(*v1.Service)
+			r, _ := annotation.Parse(svc)
+			if seenSvc[r.Service] {
+				continue
+			}
+			seenSvc[r.Service] = true
+			if !r.Announced() {
+				if r.Announcer != "" {
+					stale = append(stale, svc)
+				}
+				continue
+			}
+			members = append(members, member{svc: svc, req: r})
+			for _, other := range r.Ingress {
+				if !seenAddr[other] {
+					seenAddr[other] = true
+					todo = append(todo, other)
+				}
+			}
+		}
+	}
+	slices.SortFunc(members, func(x, y member) int { return strings.Compare(x.req.Service, y.req.Service) })
+	return members, stale, nil
+}
+
+// ruleGroup gathers the rule's view of a group's members.
+func (c *Controller) ruleGroup(key string, members []member) (owner.Group, error) {
+	cfg := c.cfg.Load()
+	g := owner.Group{Endpoints: map[string]int{}}
+	var addrs []netip.Addr
+	for _, m := range members {
+		addrs = append(addrs, m.req.Ingress...)
+		endpoints, err := c.readyEndpoints(m.svc)
+		if err != nil {
+			return g, err
+		}
+		for node, n := range endpoints {
+			g.Endpoints[node] += n
+		}
+		if m.req.Local {
+			g.Local = append(g.Local, owner.LocalService{Service: m.req.Service, Endpoints: endpoints})
+		}
+		if g.PreferredNodes == nil && len(m.req.PreferredNodes) > 0 {
+			g.PreferredNodes = m.req.PreferredNodes
+		}
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
+	g.FirstIP = addrs[0].String()
+	for _, a := range addrs {
+		if p := cfg.PoolFor(a); p != nil && !slices.ContainsFunc(g.Pools, func(pn owner.PoolNodes) bool { return pn.Pool == p.Name }) {
+			g.Pools = append(g.Pools, owner.PoolNodes{Pool: p.Name, NodeSelector: p.NodeSelector})
+		}
+	}
+	if !cfg.Failover.Failback {
+		g.Current = c.current(key, members)
+	}
+	return g, nil
+}
+
+// current is the node announcing the group now: this ccm's last decision, or, before
+// it made one, the node most members' annotations name (another ccm's, or this one's
+// before a restart).
+func (c *Controller) current(key string, members []member) string {
+	c.mu.Lock()
+	d, ok := c.decided[key]
+	c.mu.Unlock()
+	if ok && d.node != "" {
+		return d.node
+	}
+	counts := map[string]int{}
+	best := ""
+	for _, m := range members {
+		if n := m.req.Announcer; n != "" {
+			counts[n]++
+			if counts[n] > counts[best] {
+				best = n
+			}
+		}
+	}
+	return best
+}
+
+// readyEndpoints counts a Service's ready, non-terminating endpoints per node.
+func (c *Controller) readyEndpoints(svc *v1.Service) (map[string]int, error) {
+	slices, err := c.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			// A nil Ready means unknown, which consumers are to take as ready.
+			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
+			if ep.NodeName != nil && ready && !terminating {
+				out[*ep.NodeName]++
+			}
+		}
+	}
+	return out, nil
+}
+
+func (c *Controller) nodeStates() ([]owner.Node, error) {
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]owner.Node, 0, len(nodes))
+	for _, n := range nodes {
+		h := c.health.Health(n.Name)
+		out = append(out, owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == prober.Up, Draining: h == prober.Draining})
+	}
+	return out, nil
+}
+
+// setAnnouncer writes, or with node "" removes, the announcer annotation with a merge
+// patch of that one key, so no other field can be overwritten.
+func (c *Controller) setAnnouncer(ctx context.Context, svc *v1.Service, node string) error {
+	var value any
+	if node != "" {
+		value = node
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotation.Announcer: value}}})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("patch %s of %s/%s: %w", annotation.Announcer, svc.Namespace, svc.Name, err)
+	}
+	return nil
+}

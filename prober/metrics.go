@@ -1,0 +1,46 @@
+package prober
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+const subsystem = "baremetal_ccm"
+
+var (
+	probesSent = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_probes_total",
+		Help:           "Health probes sent to node agents.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	probeRTT = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_probe_rtt_seconds",
+		Help:           "Round-trip time of answered health probes.",
+		Buckets:        metrics.ExponentialBuckets(0.0001, 2, 12),
+		StabilityLevel: metrics.ALPHA,
+	})
+	agentsByState = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem:      subsystem,
+		Name:           "agents",
+		Help:           "Node agents by state: up, down, draining or unknown (not yet probed enough).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"state"})
+	agentTransitions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_state_changes_total",
+		Help:           "Changes of a node agent's state, by the new state.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"state"})
+)
+
+var registerOnce sync.Once
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions)
+	})
+}
