@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -130,9 +131,13 @@ func run(ctx context.Context, o options) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "baremetal-agent", Host: o.nodeName})
 
 	factory := informers.NewSharedInformerFactory(client, 0)
+	// This node alone: its labels decide which pools' addresses it may announce.
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.nodeName).String()
+	}))
 	var watcher *servicewatch.Watcher
 	sp := speaker.New(speaker.Options{Unplaced: func(a desired.Address) { watcher.Unplaced(a) }})
-	watcher, err = servicewatch.New(o.nodeName, cfg, factory, sp, recorder)
+	watcher, err = servicewatch.New(o.nodeName, cfg, factory, nodeFactory.Core().V1().Nodes(), sp, recorder)
 	if err != nil {
 		return err
 	}
@@ -154,6 +159,7 @@ func run(ctx context.Context, o options) error {
 	speakerDone := make(chan error, 1)
 	go func() { speakerDone <- sp.Run(runCtx) }()
 	factory.Start(runCtx.Done())
+	nodeFactory.Start(runCtx.Done())
 	go watcher.Run(runCtx)
 	klog.InfoS("Agent started", "node", o.nodeName, "version", version.Get().GitVersion, "probeAddress", probeConn.LocalAddr(), "metricsAddress", metricsListener.Addr())
 

@@ -1,11 +1,12 @@
 // Package desired decides which addresses a node announces, from the Services the ccm has
 // given addresses and announcers.
 //
-// A node announces an address only when all three hold: a Service's announcer annotation
-// names the node, the address is in that Service's status.loadBalancer.ingress, and the
-// address lies inside a pool of the cloud-config. Anything else that names the node is
-// refused with a reason, never announced: an agent that answers ARP for whatever an
-// annotation says could take any address on the network away from its owner.
+// A node announces an address only when all of these hold: a Service's announcer
+// annotation names the node, the Service is this load balancer's (annotation.Parse), the
+// address is in its status.loadBalancer.ingress, the address lies inside a pool of the
+// cloud-config, and that pool's nodeSelector selects the node. Anything else that names
+// the node is refused with a reason, never announced: an agent that answers ARP for
+// whatever an annotation says could take any address on the network away from its owner.
 package desired
 
 import (
@@ -15,6 +16,7 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
@@ -43,10 +45,12 @@ const (
 	NotLoadBalancer Reason = "NotLoadBalancer"
 	// OtherClass: the Service has a loadBalancerClass, so another implementation owns it.
 	OtherClass Reason = "OtherClass"
+	// NodeNotSelected: the address's pool has a nodeSelector that does not select this node.
+	NodeNotSelected Reason = "NodeNotSelected"
 )
 
 // Reasons lists every Reason, for metrics that should show zeros.
-var Reasons = []Reason{NotInPool, NotAnAddress, NotLoadBalancer, OtherClass}
+var Reasons = []Reason{NotInPool, NotAnAddress, NotLoadBalancer, OtherClass, NodeNotSelected}
 
 // Refusal is an address, or a Service, that names this node but is not announced.
 type Refusal struct {
@@ -73,38 +77,42 @@ func (r Refusal) String() string {
 		return what + " is not of type LoadBalancer"
 	case OtherClass:
 		return what + " has a loadBalancerClass: another load balancer owns it"
+	case NodeNotSelected:
+		return what + " is in a pool whose nodeSelector does not select this node"
 	}
 	return what + ": " + string(r.Reason)
 }
 
 // Compute returns the addresses node announces, sorted, and what names node but is
-// refused, sorted by Service and address. The Services may come in any order.
-func Compute(node string, services []*v1.Service, cfg *config.Config) ([]Address, []Refusal) {
+// refused, sorted by Service and address. nodeLabels are the node's labels, for the pools'
+// nodeSelectors. The Services may come in any order.
+func Compute(node string, nodeLabels labels.Set, services []*v1.Service, cfg *config.Config) ([]Address, []Refusal) {
 	byAddr := map[netip.Addr]*Address{}
 	var refused []Refusal
 	for _, svc := range services {
-		if svc.Annotations[annotation.Announcer] != node || node == "" {
+		r, _ := annotation.Parse(svc)
+		if r.Announcer != node || node == "" {
 			continue
 		}
-		key := svc.Namespace + "/" + svc.Name
-		switch {
-		case svc.Spec.Type != v1.ServiceTypeLoadBalancer:
-			refused = append(refused, Refusal{Service: key, Reason: NotLoadBalancer})
+		switch r.Ownership {
+		case annotation.NotLoadBalancer:
+			refused = append(refused, Refusal{Service: r.Service, Reason: NotLoadBalancer})
 			continue
-		case svc.Spec.LoadBalancerClass != nil:
-			refused = append(refused, Refusal{Service: key, Reason: OtherClass})
+		case annotation.OtherClass:
+			refused = append(refused, Refusal{Service: r.Service, Reason: OtherClass})
 			continue
 		}
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			addr, err := netip.ParseAddr(ing.IP)
-			if err != nil || addr.Zone() != "" {
-				refused = append(refused, Refusal{Service: key, Address: cmp.Or(ing.IP, ing.Hostname), Reason: NotAnAddress})
-				continue
-			}
-			addr = addr.Unmap()
+		for _, bad := range r.BadIngress {
+			refused = append(refused, Refusal{Service: r.Service, Address: bad, Reason: NotAnAddress})
+		}
+		for _, addr := range r.Ingress {
 			pool := cfg.PoolFor(addr)
-			if pool == nil {
-				refused = append(refused, Refusal{Service: key, Address: addr.String(), Reason: NotInPool})
+			switch {
+			case pool == nil:
+				refused = append(refused, Refusal{Service: r.Service, Address: addr.String(), Reason: NotInPool})
+				continue
+			case pool.NodeSelector != nil && !pool.NodeSelector.Matches(nodeLabels):
+				refused = append(refused, Refusal{Service: r.Service, Address: addr.String(), Reason: NodeNotSelected})
 				continue
 			}
 			a := byAddr[addr]
@@ -112,8 +120,8 @@ func Compute(node string, services []*v1.Service, cfg *config.Config) ([]Address
 				a = &Address{Addr: addr, Pool: pool}
 				byAddr[addr] = a
 			}
-			if !slices.Contains(a.Services, key) {
-				a.Services = append(a.Services, key)
+			if !slices.Contains(a.Services, r.Service) {
+				a.Services = append(a.Services, r.Service)
 			}
 		}
 	}

@@ -4,10 +4,12 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
@@ -20,6 +22,10 @@ pools:
     addresses: [198.18.0.64/26]
   - name: v6
     addresses: ["fd00:198:18::100-fd00:198:18::1ff"]
+  - name: edge
+    addresses: [198.18.1.0/28]
+    nodeSelector:
+      matchLabels: {zone: edge}
 `
 
 func service(name, announcer string, ips ...string) *v1.Service {
@@ -58,26 +64,29 @@ func TestCompute(t *testing.T) {
 		service("outside", "node-a", "192.0.2.1", "198.18.0.69"),
 		service("garbage", "node-a", "198.18.0.300"),
 		service("mapped", "node-a", "::ffff:198.18.0.72"),
+		service("edge", "node-a", "198.18.1.1"),
 		nodePort, classed, hostname,
 	}
 	wantAddrs := []Address{
 		{Addr: netip.MustParseAddr("198.18.0.65"), Pool: &cfg.Pools[0], Services: []string{"ns/dual"}},
 		{Addr: netip.MustParseAddr("198.18.0.66"), Pool: &cfg.Pools[0], Services: []string{"ns/shared-1", "ns/shared-2"}},
 		{Addr: netip.MustParseAddr("198.18.0.69"), Pool: &cfg.Pools[0], Services: []string{"ns/outside"}},
-		{Addr: netip.MustParseAddr("198.18.0.72"), Pool: &cfg.Pools[0], Services: []string{"ns/mapped"}},
 		{Addr: netip.MustParseAddr("fd00:198:18::100"), Pool: &cfg.Pools[1], Services: []string{"ns/dual"}},
 	}
 	wantRefused := []Refusal{
 		{Service: "ns/classed", Reason: OtherClass},
+		{Service: "ns/edge", Address: "198.18.1.1", Reason: NodeNotSelected},
 		{Service: "ns/garbage", Address: "198.18.0.300", Reason: NotAnAddress},
 		{Service: "ns/hostname", Address: "lb.example.com", Reason: NotAnAddress},
+		// An IPv4-mapped address is no Service address: the ccm never writes one.
+		{Service: "ns/mapped", Address: "::ffff:198.18.0.72", Reason: NotAnAddress},
 		{Service: "ns/nodeport", Reason: NotLoadBalancer},
 		{Service: "ns/outside", Address: "192.0.2.1", Reason: NotInPool},
 	}
 	// The input order must not matter.
 	for range 20 {
 		rand.Shuffle(len(services), func(i, j int) { services[i], services[j] = services[j], services[i] })
-		addrs, refused := Compute("node-a", services, cfg)
+		addrs, refused := Compute("node-a", labels.Set{"zone": "core"}, services, cfg)
 		if !reflect.DeepEqual(addrs, wantAddrs) {
 			t.Fatalf("addresses:\n got %+v\nwant %+v", addrs, wantAddrs)
 		}
@@ -86,21 +95,28 @@ func TestCompute(t *testing.T) {
 		}
 	}
 
-	if addrs, refused := Compute("node-c", services, cfg); len(addrs) != 0 || len(refused) != 0 {
+	if addrs, refused := Compute("node-c", nil, services, cfg); len(addrs) != 0 || len(refused) != 0 {
 		t.Errorf("node-c is named by nobody, got %v and %v", addrs, refused)
 	}
+	// The edge pool's addresses are announced by the nodes its nodeSelector selects.
+	addrs, refused := Compute("node-a", labels.Set{"zone": "edge"}, services, cfg)
+	if !slices.ContainsFunc(addrs, func(a Address) bool { return a.Addr.String() == "198.18.1.1" }) ||
+		slices.ContainsFunc(refused, func(r Refusal) bool { return r.Reason == NodeNotSelected }) {
+		t.Errorf("an edge node: addresses %v, refused %v; want 198.18.1.1 announced", addrs, refused)
+	}
 	// An empty node name must never match a Service without an announcer.
-	if addrs, _ := Compute("", services, cfg); len(addrs) != 0 {
+	if addrs, _ := Compute("", nil, services, cfg); len(addrs) != 0 {
 		t.Errorf("empty node name got %v", addrs)
 	}
 }
 
 func TestRefusalString(t *testing.T) {
 	for r, want := range map[Refusal]string{
-		{Service: "ns/a", Address: "192.0.2.1", Reason: NotInPool}: "192.0.2.1 of ns/a is outside every pool of the cloud-config",
-		{Service: "ns/a", Address: "x", Reason: NotAnAddress}:      "x of ns/a is not an IP address",
-		{Service: "ns/a", Reason: NotLoadBalancer}:                 "ns/a is not of type LoadBalancer",
-		{Service: "ns/a", Reason: OtherClass}:                      "ns/a has a loadBalancerClass: another load balancer owns it",
+		{Service: "ns/a", Address: "192.0.2.1", Reason: NotInPool}:        "192.0.2.1 of ns/a is outside every pool of the cloud-config",
+		{Service: "ns/a", Address: "x", Reason: NotAnAddress}:             "x of ns/a is not an IP address",
+		{Service: "ns/a", Reason: NotLoadBalancer}:                        "ns/a is not of type LoadBalancer",
+		{Service: "ns/a", Reason: OtherClass}:                             "ns/a has a loadBalancerClass: another load balancer owns it",
+		{Service: "ns/a", Address: "198.18.1.1", Reason: NodeNotSelected}: "198.18.1.1 of ns/a is in a pool whose nodeSelector does not select this node",
 	} {
 		if got := r.String(); got != want {
 			t.Errorf("%#v.String() = %q, want %q", r, got, want)

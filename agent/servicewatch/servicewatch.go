@@ -10,9 +10,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -57,41 +59,41 @@ type Watcher struct {
 	speaker  Applier
 	recorder record.EventRecorder
 
-	informer cache.SharedIndexInformer
-	lister   listersv1.ServiceLister
-	queue    workqueue.TypedRateLimitingInterface[string]
+	informer   cache.SharedIndexInformer
+	lister     listersv1.ServiceLister
+	nodes      listersv1.NodeLister
+	nodeSynced cache.InformerSynced
+	queue      workqueue.TypedRateLimitingInterface[string]
 
 	refused []desired.Refusal
 }
 
-// New returns a Watcher of the Services in factory for node. Start factory, then Run.
-func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, speaker Applier, recorder record.EventRecorder) (*Watcher, error) {
+// New returns a Watcher of the Services in factory for node, whose Node object nodes
+// follows (an informer of that one Node is enough): its labels decide which pools'
+// addresses it may announce. Start the factories, then Run.
+func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, recorder record.EventRecorder) (*Watcher, error) {
 	services := factory.Core().V1().Services()
 	w := &Watcher{
-		node:     node,
-		speaker:  speaker,
-		recorder: recorder,
-		informer: services.Informer(),
-		lister:   services.Lister(),
+		node:       node,
+		speaker:    speaker,
+		recorder:   recorder,
+		informer:   services.Informer(),
+		lister:     services.Lister(),
+		nodes:      nodes.Lister(),
+		nodeSynced: nodes.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-agent-services"}),
 	}
 	w.cfg.Store(cfg)
 	if err := w.informer.AddIndexers(cache.Indexers{byAnnouncer: func(obj any) ([]string, error) {
-		if svc, ok := obj.(*v1.Service); ok && svc.Annotations[annotation.Announcer] != "" {
-			return []string{svc.Annotations[annotation.Announcer]}, nil
+		if a := announcerOf(obj); a != "" {
+			return []string{a}, nil
 		}
 		return nil, nil
 	}}); err != nil {
 		return nil, err
 	}
-	mine := func(obj any) bool {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		svc, ok := obj.(*v1.Service)
-		return ok && svc.Annotations[annotation.Announcer] == node
-	}
+	mine := func(obj any) bool { return announcerOf(obj) == node }
 	_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if mine(obj) {
@@ -109,7 +111,31 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 			}
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	// The pools' nodeSelectors are checked against the node's labels: a change of labels
+	// can add or withdraw addresses.
+	_, err = nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.queue.Add(everything) },
+		UpdateFunc: func(any, any) { w.queue.Add(everything) },
+		DeleteFunc: func(any) { w.queue.Add(everything) },
+	})
 	return w, err
+}
+
+// announcerOf returns the node a Service's announcer annotation names, as
+// annotation.Parse reads it.
+func announcerOf(obj any) string {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	svc, ok := obj.(*v1.Service)
+	if !ok {
+		return ""
+	}
+	r, _ := annotation.Parse(svc)
+	return r.Announcer
 }
 
 // SetConfig replaces the cloud-config, for a file that changed: an address of a pool that
@@ -119,9 +145,9 @@ func (w *Watcher) SetConfig(cfg *config.Config) {
 	w.queue.Add(everything)
 }
 
-// HasSynced reports whether the Service cache has synced: before that, nothing is
-// announced or withdrawn.
-func (w *Watcher) HasSynced() bool { return w.informer.HasSynced() }
+// HasSynced reports whether the Service and Node caches have synced: before that,
+// nothing is announced or withdrawn.
+func (w *Watcher) HasSynced() bool { return w.informer.HasSynced() && w.nodeSynced() }
 
 // Named returns how many Services name this node as their announcer.
 func (w *Watcher) Named() int {
@@ -171,7 +197,11 @@ func (w *Watcher) sync() error {
 	for _, o := range objs {
 		services = append(services, o.(*v1.Service))
 	}
-	addrs, refused := desired.Compute(w.node, services, w.cfg.Load())
+	var nodeLabels labels.Set
+	if n, err := w.nodes.Get(w.node); err == nil {
+		nodeLabels = n.Labels
+	}
+	addrs, refused := desired.Compute(w.node, nodeLabels, services, w.cfg.Load())
 	w.speaker.Apply(addrs)
 
 	if !slices.Equal(refused, w.refused) {
