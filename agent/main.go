@@ -155,7 +155,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}()
 	// A pool removed from the file stops being announced without a restart.
-	go config.Watch(runCtx, o.cloudConfig, o.configReload, watcher.SetConfig)
+	go config.Watch(runCtx, o.cloudConfig, o.configReload, cfg, watcher.SetConfig)
 	speakerDone := make(chan error, 1)
 	go func() { speakerDone <- sp.Run(runCtx) }()
 	factory.Start(runCtx.Done())

@@ -9,6 +9,7 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
 	cloudcontrollerconfig "k8s.io/cloud-provider/app/config"
+	"k8s.io/component-base/metrics/legacyregistry"
 	genericcontrollermanager "k8s.io/controller-manager/app"
 	"k8s.io/controller-manager/controller"
 
@@ -86,7 +87,8 @@ func startConfigReloader(interval func() time.Duration) app.InitFuncConstructor 
 	return func(_ app.ControllerInitContext, completed *cloudcontrollerconfig.CompletedConfig, cloud cloudprovider.Interface) app.InitFunc {
 		return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 			path := completed.ComponentConfig.KubeCloudShared.CloudProvider.CloudConfigFile
-			go config.Watch(ctx, path, interval(), cloud.(*provider.Cloud).SetConfig)
+			legacyregistry.MustRegister(config.Metrics()...)
+			go config.Watch(ctx, path, interval(), cloud.(*provider.Cloud).Config(), cloud.(*provider.Cloud).SetConfig)
 			return nil, true, nil
 		}
 	}

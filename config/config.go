@@ -8,6 +8,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math/big"
 	"net/netip"
@@ -26,6 +27,19 @@ type Config struct {
 	Pools []Pool
 	// Failover holds the defaults for what the file leaves out.
 	Failover Failover
+
+	// digest is the SHA-256 of the bytes the config was parsed from, so that Watch knows
+	// whether the file still holds this config.
+	digest [sha256.Size]byte
+}
+
+// digestOr returns the digest of data, which c (nil for a file that did not parse) was
+// parsed from.
+func (c *Config) digestOr(data []byte) [sha256.Size]byte {
+	if c != nil {
+		return c.digest
+	}
+	return sha256.Sum256(data)
 }
 
 // Pool is a named set of addresses, with the Services that may take them and the Nodes
@@ -89,6 +103,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	if err := c.err(); err != nil {
 		return nil, err
 	}
+	cfg.digest = sha256.Sum256(data)
 	return cfg, nil
 }
 

@@ -1,8 +1,8 @@
 package config
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
 	"os"
 	"time"
 
@@ -13,16 +13,16 @@ import (
 // changed, valid config, so that the ccm and the agent follow an updated file without a
 // restart. It blocks until ctx ends; apply runs on its goroutine, one call at a time.
 //
-// A file counts as changed when its bytes differ from the last reading. The file as first
-// read is the one the caller loaded at start and is not applied; were it changed between the
-// two readings, the change is missed until the next one. A file that does not parse is
-// logged once, with every problem, and the last good config stays in use. An interval that
-// is not positive turns the checks off.
+// A file counts as changed when its bytes differ from those current was parsed from, then
+// from the last reading: a file changed after the caller loaded it, even long before Watch
+// starts (a ccm replica that leads hours after it started), is applied at the first check.
+// A file that does not parse is logged once, with every problem, and the last good config
+// stays in use. An interval that is not positive turns the checks off after the first.
 //
 // The outcomes are counted in the metrics of Metrics.
-func Watch(ctx context.Context, path string, interval time.Duration, apply func(*Config)) {
-	r := &reloader{path: path, apply: apply}
-	r.check(true)
+func Watch(ctx context.Context, path string, interval time.Duration, current *Config, apply func(*Config)) {
+	r := &reloader{path: path, apply: apply, digest: current.digest, valid: true}
+	r.check()
 	if interval <= 0 {
 		klog.InfoS("Not watching the cloud-config for changes", "path", path, "interval", interval)
 		<-ctx.Done()
@@ -35,7 +35,7 @@ func Watch(ctx context.Context, path string, interval time.Duration, apply func(
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			r.check(false)
+			r.check()
 		}
 	}
 }
@@ -45,15 +45,13 @@ type reloader struct {
 	path  string
 	apply func(*Config)
 
-	read    bool   // data holds a reading
-	data    []byte // the file as last read
-	valid   bool   // data parsed
-	readErr string // why the last reading failed, empty after a good one
+	digest  [sha256.Size]byte // of the file as last read, or as the config in use was parsed from
+	valid   bool              // the file as last read parsed
+	readErr string            // why the last reading failed, empty after a good one
 }
 
-// check reads the file once, and applies it if it changed and is valid. The first check
-// only takes note of what the caller already has.
-func (r *reloader) check(first bool) {
+// check reads the file once, and applies it if it changed and is valid.
+func (r *reloader) check() {
 	// Through path every time, never a file kept open or a resolved name: a ConfigMap
 	// volume updates by swapping a symlink, so each update is a new file at path.
 	data, err := os.ReadFile(r.path)
@@ -71,19 +69,19 @@ func (r *reloader) check(first bool) {
 		r.readErr = ""
 		klog.InfoS("The cloud-config can be read again", "path", r.path)
 	}
-	if r.read && bytes.Equal(data, r.data) {
+	if sha256.Sum256(data) == r.digest {
 		setSuccessful(r.valid) // back from a failed reading
 		return
 	}
-	r.read, r.data = true, data
 	cfg, err := Parse(r.path, data)
+	r.digest = cfg.digestOr(data)
 	r.valid = err == nil
 	setSuccessful(r.valid)
 	switch {
 	case err != nil:
 		reloadsTotal.WithLabelValues(resultInvalid).Inc()
 		klog.ErrorS(err, "The cloud-config is not valid; keeping the last good one", "path", r.path)
-	case !first:
+	default:
 		reloadsTotal.WithLabelValues(resultApplied).Inc()
 		klog.InfoS("Applying the changed cloud-config", "path", r.path, "pools", len(cfg.Pools))
 		r.apply(cfg)

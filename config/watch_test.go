@@ -118,7 +118,7 @@ func TestWatch(t *testing.T) {
 	before := reloads(t)
 	go func() {
 		defer close(done)
-		Watch(ctx, path, time.Millisecond, func(cfg *Config) { applied <- cfg })
+		Watch(ctx, path, time.Millisecond, mustParse(t, onePool), func(cfg *Config) { applied <- cfg })
 	}()
 	waitFor(t, "the first reading", func() bool { return successful(t) == 1 })
 
@@ -167,17 +167,16 @@ func TestReloaderCheck(t *testing.T) {
 
 	d, path := newConfigMapDir(t, onePool)
 	var applied []*Config
-	r := &reloader{path: path, apply: func(cfg *Config) { applied = append(applied, cfg) }}
+	r := &reloader{path: path, apply: func(cfg *Config) { applied = append(applied, cfg) }, digest: mustParse(t, onePool).digest, valid: true}
 	steps := []struct {
 		name     string
 		change   func()
-		first    bool
 		pools    int // pools of the config applied, 0 for none
 		counted  string
 		success  float64
 		logsWith string // in the one line logged, empty for none
 	}{
-		{name: "first reading", first: true, success: 1},
+		{name: "first reading, the file the config in use came from", success: 1},
 		{name: "unchanged", success: 1},
 		{name: "valid change", change: func() { d.update(twoPools) }, pools: 2, counted: resultApplied, success: 1, logsWith: `"msg"="Applying the changed cloud-config" "path"="` + path + `" "pools"=2`},
 		{name: "same bytes again", change: func() { d.update(twoPools) }, success: 1},
@@ -204,7 +203,7 @@ func TestReloaderCheck(t *testing.T) {
 			step.change()
 		}
 		before, n, logs := reloads(t), len(applied), len(logged)
-		r.check(step.first)
+		r.check()
 
 		switch {
 		case step.pools == 0 && len(applied) != n:
@@ -234,13 +233,38 @@ func TestReloaderCheck(t *testing.T) {
 	}
 }
 
+// TestWatchAppliesAChangeMadeBeforeItStarted checks that a file changed between the
+// caller's load and the start of Watch (a ccm replica that leads long after it started)
+// is applied at the first check.
+func TestWatchAppliesAChangeMadeBeforeItStarted(t *testing.T) {
+	d, path := newConfigMapDir(t, onePool)
+	loaded := mustParse(t, onePool)
+	d.update(twoPools)
+	applied := make(chan *Config, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go Watch(ctx, path, time.Hour, loaded, func(cfg *Config) { applied <- cfg })
+	if cfg := receive(t, applied); len(cfg.Pools) != 2 {
+		t.Fatalf("applied %+v, want the two pools", cfg.Pools)
+	}
+}
+
+func mustParse(t *testing.T, data string) *Config {
+	t.Helper()
+	cfg, err := Parse("loaded", []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func TestWatchOff(t *testing.T) {
 	_, path := newConfigMapDir(t, onePool)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Watch(ctx, path, 0, func(cfg *Config) { t.Errorf("applied %+v with the checks off", cfg.Pools) })
+		Watch(ctx, path, 0, mustParse(t, onePool), func(cfg *Config) { t.Errorf("applied %+v with the checks off", cfg.Pools) })
 	}()
 	cancel()
 	select {
