@@ -20,6 +20,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -79,6 +80,8 @@ type Controller struct {
 	decided map[string]decision  // the last decision per group, to warn once and for the status page
 	owned   map[string]ownership // the last decision per group, for the gauges
 	changes changeLog            // the last announcer changes, for the status page
+	// patched are the announcer patches whose result the cache may not hold yet.
+	patched map[types.NamespacedName]patch
 }
 
 // New returns an announcer over the Services, EndpointSlices and Nodes of factory. It
@@ -102,6 +105,7 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		decided: map[string]decision{},
 		owned:   map[string]ownership{},
+		patched: map[types.NamespacedName]patch{},
 	}
 	c.cfg.Store(cfg)
 	utilruntime.Must(services.Informer().AddIndexers(cache.Indexers{byAddress: func(obj any) ([]string, error) {
@@ -122,7 +126,10 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 			c.enqueueService(old)
 			c.enqueueService(cur)
 		},
-		DeleteFunc: c.enqueueService,
+		DeleteFunc: func(obj any) {
+			c.forgetPatch(obj)
+			c.enqueueService(obj)
+		},
 	})
 	utilruntime.Must(err)
 	_, err = slices.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -276,4 +283,16 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.Forget(key)
 	}
 	return true
+}
+
+// forgetPatch drops what is known of this ccm's patches of a deleted Service.
+func (c *Controller) forgetPatch(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if svc, ok := obj.(*v1.Service); ok {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.patched, types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name})
+	}
 }

@@ -123,13 +123,13 @@ func TestSnapshot(t *testing.T) {
 	web.Annotations["lb.baremetal.io/preferred-nodes"] = "node-a"
 	dual := lbService("dual", "198.51.100.2", "2001:db8::2")
 	dual.Annotations["lb.baremetal.io/preferred-nodes"] = "node-b"
-	db := lbService("db", "198.51.100.3")
-	db.Annotations["lb.baremetal.io/preferred-nodes"] = "node-b"
+	// db shares dual's IPv4 address: one group of two Services.
+	db := lbService("db", "198.51.100.2")
 	// A Local Service without endpoints: none may announce it.
 	lost := local(lbService("lost", "198.51.100.4"))
 	tc := newTestController(t, web, dual, db, lost, node("node-a", nil), node("node-b", nil))
 	start := time.Now()
-	for _, ip := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4"} {
+	for _, ip := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.4"} {
 		tc.syncKey(t, "address/"+ip)
 	}
 
@@ -149,7 +149,8 @@ func TestSnapshot(t *testing.T) {
 			t.Errorf("decision of %s = %+v, want node %q, reason %s, a why, since the test started", svc, d, w.node, w.reason)
 		}
 	}
-	// The dual-stack Service counts once, and nobody counts for "".
+	// The dual-stack Service counts once, the shared group's Services one each, and
+	// nobody counts for "".
 	if want := map[string]int{"node-a": 1, "node-b": 2}; !maps.Equal(s.Announces, want) {
 		t.Errorf("announces = %v, want %v", s.Announces, want)
 	}
@@ -159,8 +160,8 @@ func TestSnapshot(t *testing.T) {
 	}
 	wantChanges := []string{
 		`ns/lost NoAnnouncer ""->""`,
-		`ns/db AnnouncerChanged ""->"node-b"`,
 		`ns/dual AnnouncerChanged ""->"node-b"`,
+		`ns/db AnnouncerChanged ""->"node-b"`,
 		`ns/web AnnouncerChanged ""->"node-a"`,
 	}
 	if strings.Join(got, "\n") != strings.Join(wantChanges, "\n") {

@@ -219,3 +219,27 @@ func TestDualStackNeedsEveryPoolsNodeSelector(t *testing.T) {
 		})
 	}
 }
+
+// TestAddressesTieGroups checks that a Service holding two addresses ties their groups
+// together: web holds an IPv4 and an IPv6 address, and api holds only the IPv6 one, so
+// the IPv4 address's one sync decides for both, on the endpoints of both.
+func TestAddressesTieGroups(t *testing.T) {
+	tc := newTestController(t,
+		lbService("web", "198.51.100.1", "2001:db8::1"), lbService("api", "2001:db8::1"),
+		endpointSlice("web", "web-1", readyOn("node-a")),
+		endpointSlice("api", "api-1", endpointsOn("node-b", 3)...),
+		node("node-a", nil), node("node-b", nil))
+
+	tc.syncKey(t, "address/198.51.100.1")
+	for _, svc := range []string{"web", "api"} {
+		if got := tc.announcer(t, svc); got != "node-b" {
+			t.Errorf("%s: announcer = %q, want node-b, with the group's most endpoints", svc, got)
+		}
+	}
+	tc.mu.Lock()
+	got := tc.owned["address/198.51.100.1"]
+	tc.mu.Unlock()
+	if want := (ownership{node: "node-b", services: 2}); got != want {
+		t.Errorf("ownership = %+v, want %+v", got, want)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 
@@ -35,6 +36,8 @@ const defaultConfig = `pools:
   - 198.51.100.0/24
   - "2001:db8::/64"
 `
+
+var _ Health = (*fakeHealth)(nil)
 
 // fakeHealth is a Health whose states the test sets. Nodes it was told nothing about are
 // Up, as after a healthy start.
@@ -282,47 +285,48 @@ func endpoint(node *string, ready, terminating *bool) discoveryv1.Endpoint {
 // readyOn is a ready endpoint on node.
 func readyOn(node string) discoveryv1.Endpoint { return endpoint(ptr.To(node), ptr.To(true), nil) }
 
-// announced reads baremetal_ccm_announced_services{node}. The gauges are the package's,
-// shared by every test, so tests compare it with what it was before they started.
-func announced(t *testing.T, node string) float64 {
-	t.Helper()
-	v, err := testutil.GetGaugeMetricValue(servicesPerAnnouncer.WithLabelValues(node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// withoutAnnouncer reads baremetal_ccm_services_without_announcer.
-func withoutAnnouncer(t *testing.T) float64 {
-	t.Helper()
-	v, err := testutil.GetGaugeMetricValue(servicesWithoutAnnouncer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// gauges reads the gauges of nodes and the one without announcer, the latter under "".
-func gauges(t *testing.T, nodes ...string) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{"": withoutAnnouncer(t)}
-	for _, n := range nodes {
-		out[n] = announced(t, n)
+// endpointsOn is n ready endpoints on node.
+func endpointsOn(node string, n int) []discoveryv1.Endpoint {
+	out := make([]discoveryv1.Endpoint, n)
+	for i := range out {
+		out[i] = readyOn(node)
 	}
 	return out
 }
 
-// gaugeDelta reports how the gauges moved since before.
+// gauge reads baremetal_ccm_announced_services{node}, or for node ""
+// baremetal_ccm_services_without_announcer. The gauges are the package's, shared by every
+// test, so tests compare them with what they were before they started.
+func gauge(t *testing.T, node string) float64 {
+	t.Helper()
+	var m metrics.GaugeMetric = servicesWithoutAnnouncer
+	if node != "" {
+		m = servicesPerAnnouncer.WithLabelValues(node)
+	}
+	v, err := testutil.GetGaugeMetricValue(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// gauges reads the gauges of nodes, and under "" the one of Services without announcer.
+func gauges(t *testing.T, nodes ...string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{"": gauge(t, "")}
+	for _, n := range nodes {
+		out[n] = gauge(t, n)
+	}
+	return out
+}
+
+// gaugeDelta returns how the gauges read by gauges moved since before, leaving out those
+// that did not.
 func gaugeDelta(t *testing.T, before map[string]float64) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for k, v := range before {
-		now := withoutAnnouncer(t)
-		if k != "" {
-			now = announced(t, k)
-		}
-		if d := now - v; d != 0 {
+		if d := gauge(t, k) - v; d != 0 {
 			out[k] = d
 		}
 	}

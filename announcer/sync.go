@@ -71,6 +71,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	c.account(key, ownership{node: d.Node, services: len(members)})
 	for _, m := range members {
 		prev := m.req.Announcer
+		if c.written(m.svc, d.Node) {
+			continue // this ccm wrote it already; the cache has not seen the patch yet
+		}
 		if prev == d.Node {
 			if d.Node == "" && warn {
 				why := owner.Explain(prev, g, nodes, d)
@@ -83,6 +86,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if err := c.setAnnouncer(ctx, m.svc, d.Node); err != nil {
 			return err
 		}
+		c.wrote(m.svc, d.Node)
 		announcerChanges.WithLabelValues(string(d.Reason)).Inc()
 		if d.Node == "" {
 			c.recorder.Eventf(m.svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", g.FirstIP, why)
@@ -226,15 +230,28 @@ func (c *Controller) readyEndpoints(svc *v1.Service) (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
+	// A dual-stack Service has a slice per address family, each listing the same pods:
+	// counted per family, a node has as many endpoints as its best family lists.
+	byFamily := map[discoveryv1.AddressType]map[string]int{}
 	for _, s := range slices {
+		counts := byFamily[s.AddressType]
+		if counts == nil {
+			counts = map[string]int{}
+			byFamily[s.AddressType] = counts
+		}
 		for _, ep := range s.Endpoints {
 			// A nil Ready means unknown, which consumers are to take as ready.
 			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
 			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 			if ep.NodeName != nil && ready && !terminating {
-				out[*ep.NodeName]++
+				counts[*ep.NodeName]++
 			}
+		}
+	}
+	out := map[string]int{}
+	for _, counts := range byFamily {
+		for node, n := range counts {
+			out[node] = max(out[node], n)
 		}
 	}
 	return out, nil
@@ -272,4 +289,28 @@ func (c *Controller) setAnnouncer(ctx context.Context, svc *v1.Service, node str
 		return fmt.Errorf("patch %s of %s/%s: %w", annotation.Announcer, svc.Namespace, svc.Name, err)
 	}
 	return nil
+}
+
+// written reports whether this ccm patched svc's announcer to node while the cache still
+// holds the object it decided on: syncing again before the watch delivers the patch must
+// not patch, and tell the Service's events, a second time.
+func (c *Controller) written(svc *v1.Service, node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.patched[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}]
+	return ok && w.resourceVersion == svc.ResourceVersion && w.node == node
+}
+
+// wrote records that svc, as the cache holds it, was patched to name node.
+func (c *Controller) wrote(svc *v1.Service, node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	c.patched[key] = patch{resourceVersion: svc.ResourceVersion, node: node}
+}
+
+// patch is an announcer patch of this ccm, and the version of the Service it was based on.
+type patch struct {
+	resourceVersion string
+	node            string
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
@@ -164,6 +164,46 @@ func TestSyncServiceRemovesAnnouncerWithoutAddresses(t *testing.T) {
 	}
 }
 
+// TestSyncRemovesAnnouncerOfServicesNotAnnounced checks the Services that still hold a
+// group's address but are not to be announced: the annotation must go, or an agent would
+// go on answering for a Service that is being deleted or is another implementation's.
+func TestSyncRemovesAnnouncerOfServicesNotAnnounced(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		change func(*v1.Service)
+	}{
+		{name: "being deleted", change: func(svc *v1.Service) {
+			svc.DeletionTimestamp = ptr.To(metav1.Now())
+			svc.Finalizers = []string{"service.kubernetes.io/load-balancer-cleanup"}
+		}},
+		{name: "another class", change: func(svc *v1.Service) { svc.Spec.LoadBalancerClass = ptr.To("example.com/other") }},
+		{name: "no longer a LoadBalancer", change: func(svc *v1.Service) { svc.Spec.Type = v1.ServiceTypeNodePort }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gone := announcedBy(lbService("gone", "198.51.100.1"), "node-a")
+			tt.change(gone)
+			// web shares the address and keeps its announcer.
+			tc := newTestController(t, gone, announcedBy(lbService("web", "198.51.100.1"), "node-a"), node("node-a", nil))
+			tc.syncKey(t, "address/198.51.100.1")
+			if _, ok := tc.service(t, "gone").Annotations[annotation.Announcer]; ok {
+				t.Errorf("gone: announcer still set")
+			}
+			if got := tc.announcer(t, "web"); got != "node-a" {
+				t.Errorf("web: announcer = %q, want node-a", got)
+			}
+			if w := tc.writes(); w != 1 {
+				t.Errorf("writes = %d, want the one removal: %v", w, tc.client.Actions())
+			}
+			tc.mu.Lock()
+			got := tc.owned["address/198.51.100.1"]
+			tc.mu.Unlock()
+			if want := (ownership{node: "node-a", services: 1}); got != want {
+				t.Errorf("ownership = %+v, want %+v: only web counts", got, want)
+			}
+		})
+	}
+}
+
 // TestSyncServiceOfDeletedService checks that a Service deleted since it was queued is no
 // error: retrying it would never end.
 func TestSyncServiceOfDeletedService(t *testing.T) {
@@ -172,13 +212,4 @@ func TestSyncServiceOfDeletedService(t *testing.T) {
 	if w := tc.writes(); w != 0 {
 		t.Errorf("writes = %v", tc.client.Actions())
 	}
-}
-
-// endpointsOn is a shorthand for n ready endpoints on node.
-func endpointsOn(node string, n int) []discoveryv1.Endpoint {
-	out := make([]discoveryv1.Endpoint, n)
-	for i := range out {
-		out[i] = readyOn(node)
-	}
-	return out
 }

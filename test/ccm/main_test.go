@@ -52,6 +52,11 @@ pools:
   autoAssign: false
   nodeSelector:
     matchLabels: {edge: "true"}
+- name: edge6
+  addresses: [fd00:ed6e::/120]
+  autoAssign: false
+  nodeSelector:
+    matchLabels: {edge6: "true"}
 `
 
 // The installed ccm's identity, from manifests/.
