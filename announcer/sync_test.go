@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -211,5 +212,46 @@ func TestSyncServiceOfDeletedService(t *testing.T) {
 	tc.syncKey(t, "service/ns/gone")
 	if w := tc.writes(); w != 0 {
 		t.Errorf("writes = %v", tc.client.Actions())
+	}
+}
+
+// TestNoSecondPatchBeforeTheCacheSeesTheFirst checks that a group synced again before the
+// watch delivers the announcer patch is not patched, and announced in events, twice.
+func TestNoSecondPatchBeforeTheCacheSeesTheFirst(t *testing.T) {
+	tc := newTestController(t, lbService("web", "198.51.100.1"), node("node-a", nil))
+	key := "address/198.51.100.1"
+	// Both syncs see the Service as it was before the patch: the indexer is not told.
+	if err := tc.sync(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+	stale := tc.service(t, "web")
+	if err := tc.sync(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+	if tc.service(t, "web").ResourceVersion != stale.ResourceVersion {
+		t.Skip("the cache saw the patch between the two syncs; nothing to check")
+	}
+	if w := tc.writes(); w != 1 {
+		t.Errorf("two syncs on one cached version made %d writes, want 1", w)
+	}
+	if ev := tc.events(); len(ev) != 1 {
+		t.Errorf("events %q, want one AnnouncerChanged", ev)
+	}
+}
+
+// TestDualStackEndpointsCountOnce checks that a dual-stack Service's pods, listed in one
+// slice per family, count once: counted twice, one pod would outweigh another Service's
+// two.
+func TestDualStackEndpointsCountOnce(t *testing.T) {
+	v4 := endpointSlice("web", "web-v4", readyOn("node-a"))
+	v6 := endpointSlice("web", "web-v6", readyOn("node-a"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	tc := newTestController(t, lbService("web", "198.51.100.1"), v4, v6)
+	got, err := tc.readyEndpoints(tc.service(t, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["node-a"] != 1 {
+		t.Errorf("endpoints %v, want node-a:1", got)
 	}
 }

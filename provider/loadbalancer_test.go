@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,31 @@ func service(name string, policy v1.IPFamilyPolicy, families ...v1.IPFamily) *v1
 			IPFamilies:     families,
 			Ports:          []v1.ServicePort{{Protocol: v1.ProtocolTCP, Port: 80}},
 		},
+	}
+}
+
+// TestRestoreKeepsSharingOfABadRequest checks that a Service whose annotations went bad
+// still shares its address at a restart: losing its key would push its partner to a new
+// address.
+func TestRestoreKeepsSharingOfABadRequest(t *testing.T) {
+	now := time.Now()
+	good := withStatus(service("good", v1.IPFamilyPolicySingleStack, v1.IPv4Protocol), now, "198.51.100.1")
+	good.Annotations[annotation.AllowSharedIP] = "web"
+	bad := withStatus(service("bad", v1.IPFamilyPolicySingleStack, v1.IPv4Protocol), now.Add(-time.Second), "198.51.100.1")
+	bad.Annotations[annotation.AllowSharedIP] = "web"
+	bad.Annotations[annotation.IPs] = "not an address"
+	bad.Spec.Ports[0].Port = 443
+	lb, rec := newTestLB(t, good, bad)
+	st, err := lb.EnsureLoadBalancer(context.Background(), "c", good, nil)
+	if err != nil || ingressIPs(st) != "198.51.100.1" {
+		t.Fatalf("Ensure of the partner = %v, %v; want it to keep 198.51.100.1", st, err)
+	}
+	if got := lb.alloc.Holders(netip.MustParseAddr("198.51.100.1")); len(got) != 2 {
+		t.Errorf("holders of the shared address %v, want both Services", got)
+	}
+	for _, e := range events(rec) {
+		if strings.Contains(e, "AddressConflict") {
+			t.Errorf("event %q: the restore took the bad request for another holder", e)
+		}
 	}
 }
