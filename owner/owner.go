@@ -35,7 +35,7 @@ type Node struct {
 // same announcer.
 type Group struct {
 	// FirstIP is the group's first address, as text; it salts the hash that spreads
-	// owners over nodes, and keeps the Services of one address together.
+	// announcers over nodes, and keeps the Services of one address together.
 	FirstIP string
 	// Local holds the group's Services with externalTrafficPolicy Local, each with its own
 	// endpoints. Such a Service's traffic is dropped on a node without a ready endpoint of
