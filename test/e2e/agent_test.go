@@ -25,7 +25,7 @@ var (
 )
 
 // moveDeadline is how soon after the annotation changes the client's kernel must have
-// the new owner's MAC.
+// the new announcer's MAC.
 const moveDeadline = 100 * time.Millisecond
 
 // waitReach waits until a connection from the client to addr reaches node.
@@ -38,7 +38,7 @@ func (c *cluster) waitReach(t *testing.T, addr netip.Addr, node string) {
 		if got, err = c.reach(addr); err == nil && got == node {
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polls
 	}
 	t.Fatalf("connection to %s reached %q (%v), want %s", addr, got, err, node)
 }
@@ -58,7 +58,7 @@ func (c *cluster) waitNeighbor(t *testing.T, addr netip.Addr, mac net.HardwareAd
 		if time.Since(since) > within {
 			t.Fatalf("client's neighbour entry for %s is %v (%s) %v after the move, want %v", addr, got, state, within, mac)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls
 	}
 }
 
@@ -90,6 +90,8 @@ func TestAnnounce(t *testing.T) {
 	for _, addr := range []netip.Addr{vip4, vip6} {
 		c.waitNeighbor(t, addr, node1.MAC, first, moveDeadline)
 	}
+	// The timer under test: the second move comes 300 ms after the first, inside the
+	// client's 1 s ARP locktime.
 	time.Sleep(time.Until(first.Add(300 * time.Millisecond)))
 	second := c.setAnnouncer(t, svc, node2.Label)
 	for _, addr := range []netip.Addr{vip4, vip6} {
@@ -171,10 +173,20 @@ func TestHealthAndDrain(t *testing.T) {
 	stopped := make(chan error, 1)
 	signalled := time.Now()
 	go func() { stopped <- agent.Stop(10 * time.Second) }()
-	time.Sleep(500 * time.Millisecond)
-	if reply, err := probeFrom(t, c.Net.Client, node1, 8); err != nil || reply.State != probe.Draining {
-		t.Errorf("probe while draining = %+v, %v; want draining", reply, err)
+	// Probe until the agent says it drains, well inside its grace period, so that what
+	// follows is checked while it drains.
+	var draining probe.Reply
+	for nonce := uint64(8); time.Since(signalled) < time.Second; nonce++ {
+		var err error
+		if draining, err = probeFrom(t, c.Net.Client, node1, nonce); err == nil && draining.State == probe.Draining {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // between probes
 	}
+	if draining.State != probe.Draining {
+		t.Errorf("probe 1 s after SIGTERM = %+v; want draining", draining)
+	}
+	t.Logf("draining reported %v after SIGTERM", time.Since(signalled))
 	c.Net.Client.FlushNeighbors()
 	if got, err := c.reach(vip4); err != nil || got != node1.Label {
 		t.Errorf("while draining, connection reached %q (%v), want node1", got, err)
@@ -240,7 +252,7 @@ func (c *cluster) waitEvent(t *testing.T, svc *corev1.Service, reason, text stri
 }
 
 // TestUnicastRefresh checks the requests a client sends to refresh a stale entry: unicast
-// to the owner's MAC (ARP requests and neighbour solicitations). Unanswered, the client
+// to the announcer's MAC (ARP requests and neighbour solicitations). Unanswered, the client
 // would take three seconds of probes to give up and ask by broadcast or multicast.
 func TestUnicastRefresh(t *testing.T) {
 	c := newCluster(t, 1)
@@ -278,7 +290,7 @@ func TestUnicastRefresh(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s entry %v %s 500 ms after the probe began, want REACHABLE at node1's MAC", addr, mac, state)
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // polls
 		}
 		if after := c.metric(t, node1, `baremetal_agent_requests_total{family="`+family(addr)+`"}`); after == before {
 			t.Errorf("%s: the agent counted no request (%s before and after): someone else answered the probe", addr, after)

@@ -21,6 +21,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
 )
 
@@ -102,13 +103,47 @@ func (c *cluster) waitSteady(t testing.TB, addr netip.Addr, node string) {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		l := c.startClient(addr)
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the window that must be all good
 		reqs := l.Stop()
 		if len(reqs) > 0 && !slices.ContainsFunc(reqs, func(r traffic.Request) bool { return !r.OK || r.Node != node }) {
 			return
 		}
 	}
 	t.Fatalf("requests to %s do not all reach %s", addr, node)
+}
+
+// waitSettled waits until the ccm's status page shows it settled: it leads and has
+// synced, every node's agent is up, and every Service's announcer is decided by it and
+// written. It returns that status.
+func (c *cluster) waitSettled(t testing.TB) *testbed.Status {
+	t.Helper()
+	st, err := c.WaitSettled(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitSwitched waits up to 5 s until the client's last traffic.RecoveryStreak requests
+// were all sent after since and all answered by node: its traffic has moved there. If
+// it never does, it stops the client and fails the test.
+func waitSwitched(t testing.TB, l *traffic.Client, since time.Time, node string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		reqs := l.Requests()
+		if n := len(reqs); n >= traffic.RecoveryStreak {
+			last := reqs[n-traffic.RecoveryStreak:]
+			if !last[0].Start.Before(since) && !slices.ContainsFunc(last, func(r traffic.Request) bool { return !r.OK || r.Node != node }) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			l.Stop()
+			t.Fatalf("the client's requests do not all reach %s 5 s after %s", node, since.Format("15:04:05.000"))
+		}
+		time.Sleep(10 * time.Millisecond) // polls the client's record
+	}
 }
 
 // trial is one injected failure and what the client saw.
@@ -120,7 +155,7 @@ type trial struct {
 	stray     int
 	detected  time.Time // the ccm logged the agent down
 	patched   time.Time // the ccm logged the announcer change
-	announced time.Time // the new owner's agent logged the announcement
+	announced time.Time // the new announcer's agent logged the announcement
 	firstGood time.Time // the first request of the recovery streak
 }
 
@@ -132,6 +167,7 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 	c.waitSteady(t, addr, from)
 	tr := trial{family: family(addr), from: from}
 	l := c.startClient(addr)
+	// Paces the open-loop client: it runs at its full rate when the failure comes.
 	time.Sleep(200 * time.Millisecond)
 	tr.injected = time.Now()
 	if err := c.Node(from).SetLink(false); err != nil {
@@ -139,11 +175,13 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polls the client's record
 		if _, _, ok := traffic.Outage(l.Requests(), tr.injected); ok {
 			break
 		}
 	}
+	// Recovered (or given up): a short window more, to count the stray losses that
+	// follow a recovery.
 	time.Sleep(300 * time.Millisecond)
 	reqs := l.Stop()
 	var ok bool
@@ -198,8 +236,10 @@ func TestFailover(t *testing.T) {
 	c := newCluster(t, 3)
 	ccm := c.startCCM(t)
 	svc, addrs := c.createLBService(t, "failover")
-	// Give the returning nodes time to be probed up again between trials.
-	settle := func() { time.Sleep(time.Second) }
+	// Between trials, the node that came back must be probed up again, and the ccm done
+	// with its decisions, before the next trial picks an announcer to kill.
+	settle := func(t *testing.T) { c.waitSettled(t) }
+	settle(t)
 
 	for _, addr := range addrs {
 		t.Run("node death "+family(addr), func(t *testing.T) {
@@ -212,7 +252,7 @@ func TestFailover(t *testing.T) {
 			if tr.outage > time.Second {
 				t.Errorf("outage %v, want well under a second", tr.outage)
 			}
-			settle()
+			settle(t)
 		})
 	}
 
@@ -221,20 +261,24 @@ func TestFailover(t *testing.T) {
 		from := c.announcer(t, svc)
 		c.waitSteady(t, addr, from)
 		l := c.startClient(addr)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // paces the open-loop client, as in killOwner
 		killed := time.Now()
 		if err := c.Agent(from).Kill(); err != nil {
 			t.Fatal(err)
 		}
-		wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			return c.announcer(t, svc) != from, nil
+		var to string
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			to = c.announcer(t, svc)
+			return to != from && to != "", nil
 		})
-		time.Sleep(500 * time.Millisecond)
-		reqs := l.Stop()
-		to := c.announcer(t, svc)
-		if to == from {
-			t.Fatalf("announcer still %s after its agent was killed", from)
+		if err != nil {
+			l.Stop()
+			t.Fatalf("announcer %q 5 s after the agent of %s was killed", to, from)
 		}
+		// The node itself still takes traffic sent to its MAC: the outage is over when
+		// the client's traffic reaches the new announcer.
+		waitSwitched(t, l, killed, to)
+		reqs := l.Stop()
 		took, stray, ok := traffic.Outage(reqs, killed)
 		t.Logf("agent of %s killed; %s took over, outage %v, %d stray losses", from, to, took, stray)
 		if !ok || took > time.Second {
@@ -242,7 +286,7 @@ func TestFailover(t *testing.T) {
 		}
 		c.startAgent(t, c.Node(from))
 		c.waitReady(t, c.Node(from))
-		settle()
+		settle(t)
 	})
 
 	t.Run("agent drained", func(t *testing.T) {
@@ -250,7 +294,7 @@ func TestFailover(t *testing.T) {
 		from := c.announcer(t, svc)
 		c.waitSteady(t, addr, from)
 		l := c.startClient(addr)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // paces the open-loop client, as in killOwner
 		// SIGTERM: the agent says it is draining, the ccm moves its addresses away at once,
 		// and the agent exits as soon as no Service names it, long before its grace period.
 		start := time.Now()
@@ -258,13 +302,17 @@ func TestFailover(t *testing.T) {
 			t.Errorf("drained agent exit: %v", err)
 		}
 		took := time.Since(start)
-		time.Sleep(300 * time.Millisecond)
-		reqs := l.Stop()
+		// The agent exits once no Service names it, so the annotation has moved by now.
 		to := c.announcer(t, svc)
 		t.Logf("agent of %s drained in %v; %s took over", from, took, to)
-		if to == from {
-			t.Errorf("announcer still %s after its agent drained", from)
+		if to == from || to == "" {
+			l.Stop()
+			t.Fatalf("announcer %q after the agent of %s drained", to, from)
 		}
+		// No failure is only worth something once the client's traffic has moved to the
+		// new announcer, past the drained agent: until then it may still go to from.
+		waitSwitched(t, l, start, to)
+		reqs := l.Stop()
 		if took >= 2*time.Second {
 			t.Errorf("the agent took %v to exit: it waited for its grace period instead of the ccm moving its addresses", took)
 		}
@@ -273,7 +321,7 @@ func TestFailover(t *testing.T) {
 		}
 		c.startAgent(t, c.Node(from))
 		c.waitReady(t, c.Node(from))
-		settle()
+		settle(t)
 	})
 
 	t.Run("ccm killed and restarted", func(t *testing.T) {
@@ -282,13 +330,39 @@ func TestFailover(t *testing.T) {
 		c.waitSteady(t, addr, owner)
 		changes := c.countEvents(t, svc, "AnnouncerChanged")
 		l := c.startClient(addr)
+		killed := time.Now()
 		if err := ccm.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second)
+		// No pause before the restart: the dead ccm's lease (3 s) keeps the new one
+		// waiting, and that is the time without a ccm.
 		ccm = c.startCCM(t)
-		// The new ccm takes the lease (3 s) and probes the agents before deciding.
-		time.Sleep(5 * time.Second)
+		// Known state first: the new ccm leads, has probed every agent, and has decided
+		// the Service's announcer itself (a decision on the page that is not pending).
+		st, err := c.WaitStatus(context.Background(), 15*time.Second, func(st *testbed.Status) (bool, string) {
+			if ok, why := st.Settled(c.NodeNames()); !ok {
+				return false, why
+			}
+			s := st.Service(svc.Namespace, svc.Name)
+			if s == nil {
+				return false, "no " + svc.Name + " on the page"
+			}
+			return true, ""
+		})
+		if err != nil {
+			l.Stop()
+			t.Fatal(err)
+		}
+		led := logTime(ccm.Logs(), killed, `"Successfully acquired lease"`)
+		s := st.Service(svc.Namespace, svc.Name)
+		t.Logf("the new ccm led %v after the kill and settled %v after it; decided %s: %s", since(led, killed), time.Since(killed), s.Announcer, s.Why)
+		if s.Announcer != owner {
+			t.Errorf("the new ccm decided %s, want %s unchanged", s.Announcer, owner)
+		}
+		// The decision is known; a short window more, still under traffic, for what the
+		// new leader does right after it (its first probes' verdicts are only a few
+		// intervals old): five probe intervals.
+		time.Sleep(500 * time.Millisecond)
 		reqs := l.Stop()
 		if failed := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK }); failed >= 0 {
 			t.Errorf("request at %v failed while the ccm was away", reqs[failed].Start)
@@ -299,10 +373,22 @@ func TestFailover(t *testing.T) {
 		if got := c.countEvents(t, svc, "AnnouncerChanged"); got != changes {
 			t.Errorf("%d AnnouncerChanged events after the restart, want %d", got, changes)
 		}
-		if logTime(ccm.Logs(), time.Time{}, `"Successfully acquired lease"`).IsZero() {
-			t.Error("the restarted ccm never led, so it proved nothing")
+		if led.IsZero() {
+			t.Error("the restarted ccm never logged that it led")
 		}
 	})
+}
+
+// watchBroken reports whether a client-go program's log (at -v=2 or more) says, after
+// since, that a watch of its broke: the stream cut off, the watch ended with an error, or
+// it could not be started again. Which one depends on how the connection ended.
+func watchBroken(logs string, since time.Time) bool {
+	for _, msg := range []string{`"Unexpected EOF during watch stream event decoding"`, `"Warning: watch ended with error"`, `"Failed to watch"`} {
+		if !logTime(logs, since, msg).IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 func since(t, from time.Time) time.Duration {
@@ -327,19 +413,61 @@ func TestAPIServerDown(t *testing.T) {
 	// A control plane of its own, since this test stops it.
 	cp := controlplane.StartForTest(t)
 	c := newClusterOn(t, cp, 2)
-	c.startCCM(t)
+	ccm := c.startCCM(t)
 	svc, addrs := c.createLBService(t, "api-down")
+	c.waitSettled(t)
 	owner := c.announcer(t, svc)
 	for _, addr := range addrs {
 		c.waitSteady(t, addr, owner)
 	}
 	clients := []*traffic.Client{c.startClient(addrs[0]), c.startClient(addrs[1])}
+	stopClients := func() {
+		for _, l := range clients {
+			l.Stop()
+		}
+	}
 	stopped := time.Now()
 	if err := cp.KillAPIServer(); err != nil {
+		stopClients()
 		t.Fatal(err)
 	}
-	// The agents lose their watch and keep the last state: nothing is withdrawn.
-	time.Sleep(3 * time.Second)
+	// The agents lose their watch and keep the last state: nothing is withdrawn. Known
+	// state first: every agent has seen its watches break.
+	for _, h := range c.Net.Nodes {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return watchBroken(c.Agent(h.Label).Logs(), stopped), nil
+		})
+		if err != nil {
+			stopClients()
+			t.Fatalf("the agent of %s logged no broken watch 10 s after the API server stopped", h.Label)
+		}
+	}
+	t.Logf("every agent's watch broke within %v of the API server stopping", time.Since(stopped).Round(time.Millisecond))
+	// And the ccm has given up leading, as it must once it cannot renew its lease (2 s):
+	// from then on nothing in the system acts, and the agents are on their own.
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case <-ccm.Exited():
+			return true, nil
+		default:
+			return !logTime(ccm.Logs(), stopped, `"Failed to renew lease"`).IsZero(), nil
+		}
+	})
+	if err != nil {
+		stopClients()
+		t.Fatal("the ccm still leads 10 s after the API server stopped")
+	}
+	t.Logf("the ccm stopped leading %v after the API server stopped", time.Since(stopped).Round(time.Millisecond))
+	// Then the client forgets the addresses' MACs, so that only an agent that still
+	// announces them, without the API server, gets its traffic back.
+	flushed := time.Now()
+	if err := c.Net.Client.FlushNeighbors(); err != nil {
+		stopClients()
+		t.Fatal(err)
+	}
+	for _, l := range clients {
+		waitSwitched(t, l, flushed, owner)
+	}
 	for i, l := range clients {
 		reqs := l.Stop()
 		failed := 0
@@ -369,6 +497,7 @@ func BenchmarkFailover(b *testing.B) {
 	c := newCluster(b, 3)
 	ccm := c.startCCM(b)
 	svc, addrs := c.createLBService(b, "bench")
+	c.waitSettled(b)
 	for b.Loop() {
 		rate := c.probeRate(b, 5*time.Second)
 		var all []trial
@@ -376,7 +505,7 @@ func BenchmarkFailover(b *testing.B) {
 			var results []trial
 			for range trials {
 				results = append(results, c.killOwner(b, ccm, svc, addr))
-				time.Sleep(time.Second) // the returned node is probed up again
+				c.waitSettled(b) // the returned node is probed up again
 			}
 			report(b, family(addr), results, rate)
 			all = append(all, results...)
@@ -400,7 +529,7 @@ func (c *cluster) probeRate(b *testing.B, d time.Duration) float64 {
 		return out
 	}
 	before := count()
-	time.Sleep(d)
+	time.Sleep(d) // the window the rate is measured over
 	after := count()
 	busiest := 0.0
 	for n := range after {
@@ -422,7 +551,7 @@ func report(b *testing.B, fam string, results []trial, rate float64) {
 	fmt.Printf("\nnode death, %s, %d trials (link of the announcing node set down; open-loop client, 1 request per 10 ms, 100 ms timeout)\n", fam, len(results))
 	fmt.Printf("  outage   min %6.1f ms   p50 %6.1f ms   p99 %6.1f ms   max %6.1f ms   stray losses after recovery: %d\n",
 		ms(outages[0]), ms(percentile(outages, 50)), ms(percentile(outages, 99)), ms(outages[len(outages)-1]), stray)
-	// The new owner's agent sees the patch on its watch about when the ccm sees the API
+	// The new announcer's agent sees the patch on its watch about when the ccm sees the API
 	// server's answer to it, so patch and announcement are one step here.
 	fmt.Printf("  median trial (%s → %s, outage %.1f ms): detection %.1f ms → patch and announcement %.1f ms (patch acknowledged to the ccm at +%.1f ms) → first good request %.1f ms later\n",
 		median.from, median.to, ms(median.outage),

@@ -187,7 +187,7 @@ func (c *Cluster) Agent(node string) *process.Process {
 // StartCCM runs the real ccm, with the ccm ServiceAccount of the manifests, in the
 // bridge's namespace: from there it reaches the API server through the forwarder and
 // probes the agents at the nodes' addresses, as a ccm on a control-plane node would.
-// Close stops it.
+// Its status page is what Status reads. Close stops it.
 func (c *Cluster) StartCCM(ctx context.Context, extraArgs ...string) (*process.Process, error) {
 	sa, err := c.ControlPlane.ServiceAccountConfig(ctx, "baremetal-system", "baremetal-ccm")
 	if err != nil {
@@ -211,6 +211,7 @@ func (c *Cluster) StartCCM(ctx context.Context, extraArgs ...string) (*process.P
 		"--leader-elect-renew-deadline=2s",
 		"--leader-elect-retry-period=250ms",
 		"--secure-port=0",
+		"--status-address=" + statusAddress, // what Status reads
 		"--v=2",
 	}, extraArgs...)
 	p, err := process.StartCmd("baremetal-ccm", c.Net.Bridge.Command(context.Background(), bin, args...))
