@@ -47,6 +47,7 @@ type options struct {
 	kubeconfig     string
 	cloudConfig    string
 	probeAddress   string
+	probeKey       string
 	metricsAddress string
 	shutdownGrace  time.Duration
 	configReload   time.Duration
@@ -75,6 +76,7 @@ and answers the ccm's health probes.`,
 	fs.StringVar(&o.nodeName, "node-name", o.nodeName, "This node's name, as in its Node object. Defaults to $NODE_NAME (set it from spec.nodeName with the downward API).")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
 	fs.StringVar(&o.cloudConfig, "cloud-config", "", "Path to the cloud-config the ccm uses: its pools bound what this node may announce.")
+	fs.StringVar(&o.probeKey, "probe-key-file", "", "File holding the probe key, one key per line (the first signs, every one verifies), shared with the ccm: from the Secret the install creates.")
 	fs.StringVar(&o.probeAddress, "probe-address", "", `UDP address of the health responder the ccm probes; ":<failover.agentPort of the cloud-config>" when empty.`)
 	fs.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "HTTP address serving /metrics, /healthz and /readyz.")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", o.shutdownGrace, "On SIGTERM, how long to keep answering, as draining, while Services still name this node.")
@@ -95,6 +97,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	if o.probeKey == "" {
+		return errors.New("--probe-key-file is required: the agent answers only probes authenticated with the key it shares with the ccm")
+	}
+	key, err := probe.LoadKey(o.probeKey)
+	if err != nil {
+		return fmt.Errorf("--probe-key-file: %w", err)
+	}
 	if o.probeAddress == "" {
 		o.probeAddress = ":" + strconv.Itoa(cfg.Failover.AgentPort)
 	}
@@ -110,7 +119,7 @@ func run(ctx context.Context, o options) error {
 	if err := checkNode(ctx, client, o.nodeName); err != nil {
 		return err
 	}
-	responder, err := probe.NewResponder(o.nodeName)
+	responder, err := probe.NewResponder(o.nodeName, key)
 	if err != nil {
 		return fmt.Errorf("--node-name: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/announcer"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/lbstatus"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/provider"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/statuspage"
@@ -42,7 +43,7 @@ const lbStatusWorkers = 4
 
 // startAnnouncer runs the prober and the announcer on the ccm's shared caches, and shows
 // them on the status page.
-func startAnnouncer(page *statuspage.Page) app.InitFuncConstructor {
+func startAnnouncer(page *statuspage.Page, key func() *probe.Key) app.InitFuncConstructor {
 	return func(initContext app.ControllerInitContext, completed *cloudcontrollerconfig.CompletedConfig, cloud cloudprovider.Interface) app.InitFunc {
 		return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 			c := cloud.(*provider.Cloud)
@@ -53,7 +54,7 @@ func startAnnouncer(page *statuspage.Page) app.InitFuncConstructor {
 				return nil, false, err
 			}
 			factory := completed.SharedInformers
-			p := prober.New(c.Config().Failover, factory.Core().V1().Nodes())
+			p := prober.New(c.Config().Failover, key(), factory.Core().V1().Nodes())
 			a := announcer.New(c.Config(), factory, client, c.Recorder(), p)
 			c.OnConfigChange(a.SetConfig)
 			go p.Run(ctx)

@@ -28,6 +28,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/announcer"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/lbstatus"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/provider"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/statuspage"
 )
@@ -35,6 +36,7 @@ import (
 // flagValues are the flags of baremetal-ccm beyond the cloud-controller-manager's.
 type flagValues struct {
 	statusAddress string
+	probeKey      string
 	configReload  time.Duration
 }
 
@@ -62,10 +64,13 @@ func main() {
 	fs := flags.FlagSet("baremetal")
 	fs.StringVar(&o.statusAddress, "status-address", o.statusAddress,
 		"host:port to serve the read-only status page on (/ as HTML, /status.json), without authentication; empty disables it. A standby answers 503.")
+	fs.StringVar(&o.probeKey, "probe-key-file", "",
+		"File holding the probe key, one key per line (the first signs, every one verifies), shared with the agents: from the Secret the install creates. Required.")
 	fs.DurationVar(&o.configReload, "cloud-config-reload-interval", o.configReload,
 		"How often the leader checks the cloud-config file for changes; a valid new file takes effect at once, an invalid one is logged and the last good one kept.")
 
 	var cloud *provider.Cloud
+	var key *probe.Key
 	page := statuspage.New()
 	cmd := app.NewCloudControllerManagerCommand(opts,
 		func(*cloudconfig.CompletedConfig) cloudprovider.Interface {
@@ -79,7 +84,7 @@ func main() {
 			}
 			return cloud
 		},
-		controllers(page, func() time.Duration { return o.configReload }), names.CCMControllerAliases(), flags, wait.NeverStop)
+		controllers(page, func() *probe.Key { return key }, func() time.Duration { return o.configReload }), names.CCMControllerAliases(), flags, wait.NeverStop)
 	cmd.Use = "baremetal-ccm"
 	cmd.Long = `baremetal-ccm gives Services of type LoadBalancer addresses from the pools of its
 cloud-config, and picks the node that announces each address.`
@@ -87,8 +92,16 @@ cloud-config, and picks the node that announces each address.`
 	// process with every problem listed, before it serves or touches the API.
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		verflag.PrintAndExitIfRequested()
-		cloud, err = newCloud(opts.KubeCloudShared.CloudProvider.Name, opts.KubeCloudShared.CloudProvider.CloudConfigFile)
-		return err
+		if cloud, err = newCloud(opts.KubeCloudShared.CloudProvider.Name, opts.KubeCloudShared.CloudProvider.CloudConfigFile); err != nil {
+			return err
+		}
+		if o.probeKey == "" {
+			return errors.New("--probe-key-file is required: the agents answer only probes authenticated with the key they share with the ccm")
+		}
+		if key, err = probe.LoadKey(o.probeKey); err != nil {
+			return fmt.Errorf("--probe-key-file: %w", err)
+		}
+		return nil
 	}
 	os.Exit(cli.Run(cmd))
 }
@@ -110,7 +123,7 @@ func newCloud(name, configFile string) (*provider.Cloud, error) {
 // controllers returns the controllers of the ccm, each with the client name it is known
 // by in the API server's logs and metrics. They run on the leader only. Nodes and routes
 // are not a bare-metal provider's business.
-func controllers(page *statuspage.Page, reloadInterval func() time.Duration) map[string]app.ControllerInitFuncConstructor {
+func controllers(page *statuspage.Page, key func() *probe.Key, reloadInterval func() time.Duration) map[string]app.ControllerInitFuncConstructor {
 	return map[string]app.ControllerInitFuncConstructor{
 		names.ServiceLBController: {
 			InitContext: app.ControllerInitContext{ClientName: "baremetal-service-controller"},
@@ -118,7 +131,7 @@ func controllers(page *statuspage.Page, reloadInterval func() time.Duration) map
 		},
 		announcer.Name: {
 			InitContext: app.ControllerInitContext{ClientName: announcer.Name},
-			Constructor: startAnnouncer(page),
+			Constructor: startAnnouncer(page, key),
 		},
 		lbstatus.Name: {
 			InitContext: app.ControllerInitContext{ClientName: lbstatus.Name},

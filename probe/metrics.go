@@ -13,7 +13,7 @@ func NewCollector(r *Responder) *Collector { return &Collector{r: r} }
 
 var (
 	descProbes = metrics.NewDesc("baremetal_agent_probes_total",
-		"Health probes received, by outcome: answered, unanswered (the reply could not be sent) or malformed.",
+		"Health probes received, by outcome: answered, unanswered (the reply could not be sent), limited (over the reply rate limit), unauthenticated (not made with the probe key) or malformed.",
 		[]string{"outcome"}, nil, metrics.ALPHA, "")
 	descDraining = metrics.NewDesc("baremetal_agent_draining",
 		"1 while the agent is draining (shutting down), else 0.",
@@ -30,7 +30,9 @@ func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	st := c.r.Stats()
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Replies), "answered")
-	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Requests-st.Replies), "unanswered")
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Requests-st.Replies-st.Limited), "unanswered")
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Limited), "limited")
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Unauthenticated), "unauthenticated")
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Malformed), "malformed")
 	draining := 0.0
 	if c.r.State() == Draining {

@@ -9,27 +9,80 @@ import (
 	"time"
 )
 
-func TestEncoding(t *testing.T) {
-	req := AppendRequest(nil, Request{Nonce: 0x0102030405060708})
-	if want := []byte{'B', 'M', 1, 1, 1, 2, 3, 4, 5, 6, 7, 8}; !bytes.Equal(req, want) {
-		t.Errorf("request = % x, want % x", req, want)
+// testKey is a key as an install would make it: the base64 of 32 random bytes.
+var testKey = mustKey("pqN1yG3lO2xZ0cB7v8W4eR6tY9uI5oP1aS3dF7gH2jK=\n")
+
+func mustKey(s string) *Key {
+	k, err := ParseKey([]byte(s))
+	if err != nil {
+		panic(err)
 	}
-	reply, err := AppendReply(nil, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a"})
+	return k
+}
+
+func TestEncoding(t *testing.T) {
+	req := testKey.AppendRequest(nil, Request{Nonce: 0x0102030405060708})
+	if want := []byte{'B', 'M', 2, 1, 1, 2, 3, 4, 5, 6, 7, 8}; len(req) != RequestLen || !bytes.HasPrefix(req, want) {
+		t.Errorf("request = % x, want % x and a 16-byte code", req, want)
+	}
+	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []byte{'B', 'M', 1, 2, 1, 2, 3, 4, 5, 6, 7, 8, 2, 6, 'n', 'o', 'd', 'e', '-', 'a'}
-	if !bytes.Equal(reply, want) {
-		t.Errorf("reply = % x, want % x", reply, want)
+	want := []byte{'B', 'M', 2, 2, 1, 2, 3, 4, 5, 6, 7, 8, 2, 6, 'n', 'o', 'd', 'e', '-', 'a'}
+	if len(reply) != len(want)+macLen || !bytes.HasPrefix(reply, want) {
+		t.Errorf("reply = % x, want % x and a 16-byte code", reply, want)
 	}
 
-	gotReq, err := ParseRequest(req)
+	gotReq, err := testKey.ParseRequest(req)
 	if err != nil || gotReq.Nonce != 0x0102030405060708 {
 		t.Errorf("ParseRequest = %+v, %v", gotReq, err)
 	}
-	gotReply, err := ParseReply(append(reply, "future fields"...))
+	gotReply, err := testKey.ParseReply(reply)
 	if err != nil || gotReply != (Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a"}) {
 		t.Errorf("ParseReply = %+v, %v", gotReply, err)
+	}
+}
+
+// TestAuthentication checks that nothing made without the key, or altered on the way,
+// parses: anyone on the network could otherwise keep a dead node up or mark a live one
+// down.
+func TestAuthentication(t *testing.T) {
+	other := mustKey("another key, of the same length: 0123456789\n")
+	reply, _ := testKey.AppendReply(nil, Reply{Nonce: 7, State: Ready, Node: "node-a"})
+	forged, _ := other.AppendReply(nil, Reply{Nonce: 7, State: Ready, Node: "node-a"})
+	if _, err := testKey.ParseReply(forged); !errors.Is(err, ErrAuth) {
+		t.Errorf("a reply made with another key: %v, want ErrAuth", err)
+	}
+	for i := 4; i < len(reply); i++ {
+		altered := bytes.Clone(reply)
+		altered[i] ^= 1
+		if r, err := testKey.ParseReply(altered); err == nil {
+			t.Errorf("byte %d altered, parsed as %+v", i, r)
+		}
+	}
+	if _, err := testKey.ParseRequest(other.AppendRequest(nil, Request{Nonce: 7})); !errors.Is(err, ErrAuth) {
+		t.Errorf("a request made with another key: %v, want ErrAuth", err)
+	}
+	// A key being rolled out: the file lists the new one second, then first.
+	rolling := mustKey(string(testKey.keys[0]) + "\n" + string(other.keys[0]) + "\n")
+	if _, err := rolling.ParseReply(forged); err != nil {
+		t.Errorf("a reply made with the second key of the file: %v", err)
+	}
+	if _, err := testKey.ParseRequest(rolling.AppendRequest(nil, Request{Nonce: 1})); err != nil {
+		t.Errorf("the first key of the file does not sign: %v", err)
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	for _, tc := range []struct{ data, want string }{
+		{"", "no probe key"},
+		{"\n  \n", "no probe key"},
+		{"short\n", "probe key on line 1 is 5 bytes, want at least 32"},
+	} {
+		if _, err := ParseKey([]byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseKey(%q) = %v, want an error saying %q", tc.data, err, tc.want)
+		}
 	}
 }
 
@@ -39,14 +92,17 @@ func TestAppendReplyRefuses(t *testing.T) {
 		{State: Ready, Node: strings.Repeat("a", 254)},
 		{State: 7, Node: "node-a"},
 	} {
-		if _, err := AppendReply(nil, r); err == nil {
+		if _, err := testKey.AppendReply(nil, r); err == nil {
 			t.Errorf("AppendReply(%+v) succeeded", r)
 		}
 	}
 }
 
 func TestParseErrors(t *testing.T) {
-	good, _ := AppendReply(nil, Reply{Nonce: 9, State: Ready, Node: "n1"})
+	good, _ := testKey.AppendReply(nil, Reply{Nonce: 9, State: Ready, Node: "n1"})
+	// sealed authenticates a made-up body, so that what is checked is its format.
+	sealed := func(body ...byte) []byte { return testKey.seal(body) }
+	header := good[:12]
 	for _, tc := range []struct {
 		name string
 		b    []byte
@@ -54,35 +110,34 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"short", good[:11], "11 bytes, want at least 12"},
 		{"magic", append([]byte("XM"), good[2:]...), "magic 0x584d"},
-		{"version", append([]byte{'B', 'M', 2}, good[3:]...), "version 2, want 1"},
-		{"request as reply", AppendRequest(nil, Request{}), "type 1, want 2"},
-		{"no state", good[:12], "reply of 12 bytes"},
-		{"state", append(append([]byte{}, good[:12]...), 3, 2, 'n', '1'), "unknown state(3)"},
-		{"empty name", append(append([]byte{}, good[:12]...), 1, 0), "node name of 0 bytes"},
-		{"truncated name", good[:len(good)-1], "node name of 2 bytes in a reply of 15"},
+		{"version", append([]byte{'B', 'M', 1}, good[3:]...), "version 1, want 2"},
+		{"request as reply", testKey.AppendRequest(nil, Request{}), "type 1, want 2"},
+		{"no state", sealed(header...), "reply of 28 bytes"},
+		{"state", sealed(append(bytes.Clone(header), 3, 2, 'n', '1')...), "unknown state(3)"},
+		{"empty name", sealed(append(bytes.Clone(header), 1, 0)...), "node name of 0 bytes"},
+		{"truncated name", sealed(append(bytes.Clone(header), 1, 2, 'n')...), "node name of 2 bytes in a reply of 31"},
 	} {
-		_, err := ParseReply(tc.b)
+		_, err := testKey.ParseReply(tc.b)
 		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: ParseReply(% x) = %v, want an ErrFormat saying %q", tc.name, tc.b, err, tc.want)
 		}
 	}
-	if _, err := ParseRequest(good); err == nil {
+	if _, err := testKey.ParseRequest(good); err == nil {
 		t.Error("ParseRequest accepted a reply")
 	}
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add(AppendRequest(nil, Request{Nonce: 1}))
-	reply, _ := AppendReply(nil, Reply{Nonce: 1, State: Ready, Node: "node-a"})
+	f.Add(testKey.AppendRequest(nil, Request{Nonce: 1}))
+	reply, _ := testKey.AppendReply(nil, Reply{Nonce: 1, State: Ready, Node: "node-a"})
 	f.Add(reply)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if r, err := ParseReply(b); err == nil {
-			again, err := AppendReply(nil, r)
-			if err != nil || !bytes.HasPrefix(b, again) {
-				t.Errorf("reply %+v parsed from % x encodes as % x, %v", r, b, again, err)
+		if r, err := testKey.ParseReply(b); err == nil {
+			if _, err := testKey.AppendReply(nil, r); err != nil {
+				t.Errorf("reply %+v parsed from % x does not encode: %v", r, b, err)
 			}
 		}
-		if r, err := ParseRequest(b); err == nil && !bytes.HasPrefix(b, AppendRequest(nil, r)) {
+		if r, err := testKey.ParseRequest(b); err == nil && !bytes.Equal(b, testKey.AppendRequest(nil, r)) {
 			t.Errorf("request %+v parsed from % x does not encode back", r, b)
 		}
 	})
@@ -93,7 +148,7 @@ func TestResponder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewResponder("node-a")
+	r, err := NewResponder("node-a", testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,28 +160,32 @@ func TestResponder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	ask := func(nonce uint64) Reply {
+	send := func(b []byte) {
 		t.Helper()
-		if _, err := client.WriteTo(AppendRequest(nil, Request{Nonce: nonce}), server.LocalAddr()); err != nil {
+		if _, err := client.WriteTo(b, server.LocalAddr()); err != nil {
 			t.Fatal(err)
 		}
+	}
+	ask := func(nonce uint64) Reply {
+		t.Helper()
+		send(testKey.AppendRequest(nil, Request{Nonce: nonce}))
 		client.SetReadDeadline(time.Now().Add(5 * time.Second))
 		b := make([]byte, MaxReplyLen)
 		n, _, err := client.ReadFrom(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		reply, err := ParseReply(b[:n])
+		reply, err := testKey.ParseReply(b[:n])
 		if err != nil {
 			t.Fatal(err)
 		}
 		return reply
 	}
 
-	// Garbage first: it must be dropped, and the next request still answered.
-	if _, err := client.WriteTo([]byte("hello"), server.LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
+	// Garbage and a request without the key first: both must be dropped unanswered (the
+	// next read gets the answer to the next request), and counted.
+	send([]byte("hello"))
+	send(mustKey("not the key, but long enough for one\n").AppendRequest(nil, Request{Nonce: 41}))
 	if got := ask(42); got != (Reply{Nonce: 42, State: Ready, Node: "node-a"}) {
 		t.Errorf("reply = %+v", got)
 	}
@@ -134,7 +193,7 @@ func TestResponder(t *testing.T) {
 	if got := ask(43); got.Nonce != 43 || got.State != Draining {
 		t.Errorf("reply after SetState(Draining) = %+v", got)
 	}
-	if got, want := r.Stats(), (Stats{Requests: 2, Replies: 2, Malformed: 1}); got != want {
+	if got, want := r.Stats(), (Stats{Requests: 2, Replies: 2, Malformed: 1, Unauthenticated: 1}); got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)
 	}
 	server.Close()
@@ -143,8 +202,53 @@ func TestResponder(t *testing.T) {
 	}
 }
 
+// TestResponderRateLimit checks that a flood of requests, even authenticated ones (a
+// replayed request), gets at most the burst answered at once.
+func TestResponderRateLimit(t *testing.T) {
+	server, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	r, err := NewResponder("node-a", testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(server)
+	client, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	req := testKey.AppendRequest(nil, Request{Nonce: 1})
+	const flood = 3 * replyBurst
+	for range flood {
+		if _, err := client.WriteTo(req, server.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Until the responder has read all that arrived: the kernel may drop some of a flood.
+	st := r.Stats()
+	for deadline := time.Now().Add(10 * time.Second); st.Requests < flood && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		now := r.Stats()
+		if now == st {
+			break
+		}
+		st = now
+	}
+	if st.Requests < flood/2 {
+		t.Skipf("only %d of %d requests arrived: the socket buffer dropped the rest", st.Requests, flood)
+	}
+	// The flood takes well under a second, in which the limiter refills by at most its
+	// rate; the burst and a second's worth bound what was answered.
+	if st.Limited == 0 || st.Replies > replyBurst+replyRate {
+		t.Errorf("%d requests: %d answered, %d limited; want some limited", st.Requests, st.Replies, st.Limited)
+	}
+}
+
 func TestNewResponderRefusesBadName(t *testing.T) {
-	if _, err := NewResponder(""); err == nil {
+	if _, err := NewResponder("", testKey); err == nil {
 		t.Error("NewResponder(\"\") succeeded")
 	}
 }

@@ -29,6 +29,12 @@ var (
 		Help:           "Node agents by state: up, down, draining or unknown (not yet probed enough).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"state"})
+	unauthenticatedReplies = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_probe_unauthenticated_replies_total",
+		Help:           "Datagrams received on a probe socket whose code was not made with the probe key: forged, or from an agent with another key.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	agentTransitions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      subsystem,
 		Name:           "agent_state_changes_total",
@@ -41,6 +47,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions)
+		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies)
 	})
 }

@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -47,6 +48,7 @@ func (s State) String() string {
 // packets per node and interval, and nothing through the API server.
 type Prober struct {
 	cfg         config.Failover
+	key         *probe.Key
 	nodes       corelisters.NodeLister
 	nodesSynced cache.InformerSynced
 
@@ -71,11 +73,11 @@ type agentProbe struct {
 	lastRTT, lastAnswer atomic.Int64
 }
 
-// New returns a prober of the agents of the nodes in the informer. It probes nothing
-// before Run.
-func New(cfg config.Failover, nodes coreinformers.NodeInformer) *Prober {
+// New returns a prober of the agents of the nodes in the informer, with probes
+// authenticated by key. It probes nothing before Run.
+func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer) *Prober {
 	registerMetrics()
-	p := &Prober{cfg: cfg, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}}
+	p := &Prober{cfg: cfg, key: key, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.syncNode,
 		UpdateFunc: func(_, cur any) { p.syncNode(cur) },
@@ -221,7 +223,11 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 	timeout := interval / 4
 	rapid := min(rapidInterval, interval)
 	health := agentHealth{}
-	nonce := rand.Uint64()
+	// A fresh random nonce per probe, from a generator no one can predict: a reply can
+	// then only be made, or replayed, by whoever holds the key and saw the request.
+	var seed [32]byte
+	_, _ = crand.Read(seed[:]) // never fails on Linux
+	nonces := rand.NewChaCha8(seed)
 	req := make([]byte, 0, probe.RequestLen)
 	buf := make([]byte, probe.MaxReplyLen+1)
 	next := time.Now()
@@ -233,11 +239,11 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 			case <-time.After(wait):
 			}
 		}
-		nonce++
+		nonce := nonces.Uint64()
 		sent := time.Now()
 		probesSent.Inc()
 		o := missed
-		if _, err := conn.Write(probe.AppendRequest(req[:0], probe.Request{Nonce: nonce})); err != nil {
+		if _, err := conn.Write(p.key.AppendRequest(req[:0], probe.Request{Nonce: nonce})); err != nil {
 			o = refusedOr(err, missed)
 		} else {
 			wait := timeout
@@ -281,7 +287,11 @@ func (p *Prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string,
 		if err != nil {
 			return refusedOr(err, missed)
 		}
-		reply, err := probe.ParseReply(buf[:n])
+		reply, err := p.key.ParseReply(buf[:n])
+		if errors.Is(err, probe.ErrAuth) {
+			unauthenticatedReplies.Inc()
+			continue
+		}
 		if err != nil || reply.Nonce != nonce {
 			continue
 		}

@@ -2,11 +2,14 @@ package prober
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/component-base/metrics/testutil"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,7 +63,7 @@ func respond(t *testing.T, node, addr string) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := probe.NewResponder(node)
+	r, err := probe.NewResponder(node, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +88,7 @@ func TestProber(t *testing.T) {
 	client := fake.NewClientset(node("node-a", "127.0.0.2"), node("node-b", "127.0.0.3"), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "no-address"}})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cfg := config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}
-	p := New(cfg, factory.Core().V1().Nodes())
+	p := New(cfg, testKey, factory.Core().V1().Nodes())
 	changes := make(chan string, 100)
 	p.OnChange(func(node string) { changes <- node })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -161,5 +164,69 @@ func waitState(t *testing.T, p *Prober, changes chan string, node string, want S
 		case <-deadline:
 			t.Fatalf("%s is %v after %v, want %v", node, p.Health(node), within, want)
 		}
+	}
+}
+
+// testKey is the probe key of the agents and the prober of these tests.
+var testKey = func() *probe.Key {
+	k, err := probe.ParseKey([]byte("a probe key for the prober's tests, long enough\n"))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+// TestProberTakesOnlyAuthenticatedReplies checks that answers not made with the key (by
+// someone answering in an agent's place, or an agent with another key) count for nothing:
+// a forged answer never keeps a node up.
+func TestProberTakesOnlyAuthenticatedReplies(t *testing.T) {
+	l, err := net.ListenPacket("udp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	other, err := probe.ParseKey([]byte("not the prober's key, though long enough\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The impostor answers every request at once, with the request's nonce, ready, but
+	// with a key of its own.
+	impostor := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.2"}}}}
+	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go func() {
+		b := make([]byte, 512)
+		for {
+			n, from, err := conn.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			if n >= 12 {
+				reply, _ := other.AppendReply(nil, probe.Reply{Nonce: binary.BigEndian.Uint64(b[4:12]), State: probe.Ready, Node: "node-a"})
+				conn.WriteTo(reply, from)
+			}
+		}
+	}()
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(impostor), 0)
+	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, factory.Core().V1().Nodes())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	before, _ := testutil.GetCounterMetricValue(unauthenticatedReplies)
+	go p.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
+		t.Fatal("prober never synced")
+	}
+	if got := p.Health("node-a"); got != Down {
+		t.Errorf("an agent whose answers are forged is %v, want down", got)
+	}
+	if after, _ := testutil.GetCounterMetricValue(unauthenticatedReplies); after-before < 3 {
+		n := after - before
+		t.Errorf("%v unauthenticated replies counted, want at least the 3 misses", n)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
 )
 
 func TestMain(m *testing.M) {
@@ -74,6 +75,8 @@ type env struct {
 	binary     string
 	kubeconfig string
 	config     string
+	keyFile    string
+	key        *probe.Key
 	agents     map[string]*agent
 }
 
@@ -119,6 +122,9 @@ func newEnv(cp *controlplane.ControlPlane) (*env, error) {
 	if err := install.WriteKubeconfig(saConfig, e.kubeconfig); err != nil {
 		return nil, err
 	}
+	if e.keyFile, e.key, err = testbed.WriteProbeKey(e.dir); err != nil {
+		return nil, err
+	}
 	// Every node gets a real health responder, the agent's, on a loopback address of its
 	// own: the ccm probes it exactly as it probes an agent on a node.
 	port, err := e.startAgents()
@@ -152,6 +158,7 @@ func newEnv(cp *controlplane.ControlPlane) (*env, error) {
 type agent struct {
 	node, ip string
 	port     int
+	key      *probe.Key
 	mu       sync.Mutex
 	conn     net.PacketConn
 }
@@ -167,8 +174,8 @@ func (e *env) startAgents() (int, error) {
 		port := l.LocalAddr().(*net.UDPAddr).Port
 		l.Close()
 		e.agents = map[string]*agent{
-			"node-a": {node: "node-a", ip: "127.0.0.2", port: port},
-			"node-b": {node: "node-b", ip: "127.0.0.3", port: port},
+			"node-a": {node: "node-a", ip: "127.0.0.2", port: port, key: e.key},
+			"node-b": {node: "node-b", ip: "127.0.0.3", port: port, key: e.key},
 		}
 		if e.agents["node-a"].start() == nil && e.agents["node-b"].start() == nil {
 			return port, nil
@@ -189,7 +196,7 @@ func (a *agent) start() error {
 	if err != nil {
 		return err
 	}
-	r, err := probe.NewResponder(a.node)
+	r, err := probe.NewResponder(a.node, a.key)
 	if err != nil {
 		conn.Close()
 		return err
@@ -236,6 +243,7 @@ func (e *env) startServingCCM(t testing.TB, extraArgs ...string) (*process.Proce
 		"--authorization-kubeconfig=" + e.kubeconfig,
 		"--cloud-provider=baremetal",
 		"--cloud-config=" + e.config,
+		"--probe-key-file=" + e.keyFile,
 		"--leader-elect=true",
 		"--leader-elect-resource-namespace=" + ccmNamespace,
 		"--leader-elect-lease-duration=3s",

@@ -130,7 +130,7 @@ func TestAddressOutsidePoolsIsNotAnnounced(t *testing.T) {
 }
 
 // probeFrom sends one health probe from the client to a node's agent.
-func probeFrom(t *testing.T, client, node *netns.Host, nonce uint64) (probe.Reply, error) {
+func probeFrom(t *testing.T, key *probe.Key, client, node *netns.Host, nonce uint64) (probe.Reply, error) {
 	t.Helper()
 	var reply probe.Reply
 	err := client.Do(func() error {
@@ -140,7 +140,7 @@ func probeFrom(t *testing.T, client, node *netns.Host, nonce uint64) (probe.Repl
 		}
 		defer conn.Close()
 		to := &net.UDPAddr{IP: node.IPv4.AsSlice(), Port: 7474}
-		if _, err := conn.WriteTo(probe.AppendRequest(nil, probe.Request{Nonce: nonce}), to); err != nil {
+		if _, err := conn.WriteTo(key.AppendRequest(nil, probe.Request{Nonce: nonce}), to); err != nil {
 			return err
 		}
 		conn.SetReadDeadline(time.Now().Add(time.Second))
@@ -149,7 +149,7 @@ func probeFrom(t *testing.T, client, node *netns.Host, nonce uint64) (probe.Repl
 		if err != nil {
 			return err
 		}
-		reply, err = probe.ParseReply(b[:n])
+		reply, err = key.ParseReply(b[:n])
 		return err
 	})
 	return reply, err
@@ -162,7 +162,19 @@ func TestHealthAndDrain(t *testing.T) {
 	c.setAnnouncer(t, svc, node1.Label)
 	c.waitReach(t, vip4, node1.Label)
 
-	reply, err := probeFrom(t, c.Net.Client, node1, 7)
+	// From another namespace on the bridge, without the key: no answer at all, and the
+	// agent counts it.
+	stranger, err := probe.ParseKey([]byte("a key of someone else on the network\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply, err := probeFrom(t, stranger, c.Net.Client, node1, 6); err == nil {
+		t.Errorf("a probe without the key was answered: %+v", reply)
+	}
+	if got := c.metric(t, node1, `baremetal_agent_probes_total{outcome="unauthenticated"}`); got != "1" {
+		t.Errorf("unauthenticated probes counted: %q, want 1", got)
+	}
+	reply, err := probeFrom(t, c.Key, c.Net.Client, node1, 7)
 	if err != nil || reply != (probe.Reply{Nonce: 7, State: probe.Ready, Node: node1.Label}) {
 		t.Fatalf("probe = %+v, %v; want node1 ready with nonce 7", reply, err)
 	}
@@ -178,7 +190,7 @@ func TestHealthAndDrain(t *testing.T) {
 	var draining probe.Reply
 	for nonce := uint64(8); time.Since(signalled) < time.Second; nonce++ {
 		var err error
-		if draining, err = probeFrom(t, c.Net.Client, node1, nonce); err == nil && draining.State == probe.Draining {
+		if draining, err = probeFrom(t, c.Key, c.Net.Client, node1, nonce); err == nil && draining.State == probe.Draining {
 			break
 		}
 		time.Sleep(10 * time.Millisecond) // between probes

@@ -7,6 +7,8 @@ package testbed
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
@@ -50,6 +53,9 @@ type Cluster struct {
 	Admin kubernetes.Interface
 	// Config is the path of the cloud-config file of the agents and the ccm.
 	Config string
+	// KeyFile is the path of the probe key the agents and the ccm share, and Key the key.
+	KeyFile string
+	Key     *probe.Key
 
 	dir             string
 	api             netip.AddrPort // the API server, as the namespaces reach it
@@ -105,6 +111,9 @@ func New(ctx context.Context, cp *controlplane.ControlPlane, n int, cloudConfig,
 	}
 	c.Config = filepath.Join(dir, "cloud-config.yaml")
 	if err := os.WriteFile(c.Config, []byte(cloudConfig), 0o644); err != nil {
+		return nil, err
+	}
+	if c.KeyFile, c.Key, err = WriteProbeKey(dir); err != nil {
 		return nil, err
 	}
 	if c.agentBinary, err = install.Binary(dir, "baremetal-agent"); err != nil {
@@ -165,7 +174,7 @@ func (c *Cluster) kubeconfig(cfg *rest.Config, name string) (string, error) {
 // StartAgent runs the agent on node h; Close stops it.
 func (c *Cluster) StartAgent(h *netns.Host) (*process.Process, error) {
 	p, err := process.StartCmd(h.Label+" agent", h.Command(context.Background(), c.agentBinary,
-		"--node-name="+h.Label, "--kubeconfig="+c.agentKubeconfig, "--cloud-config="+c.Config,
+		"--node-name="+h.Label, "--kubeconfig="+c.agentKubeconfig, "--cloud-config="+c.Config, "--probe-key-file="+c.KeyFile,
 		"--metrics-address="+agentMetrics, "--shutdown-grace-period=2s", "--cloud-config-reload-interval=200ms", "-v=2"))
 	if err != nil {
 		return nil, err
@@ -205,6 +214,7 @@ func (c *Cluster) StartCCM(ctx context.Context, extraArgs ...string) (*process.P
 		"--kubeconfig=" + kubeconfig,
 		"--cloud-provider=baremetal",
 		"--cloud-config=" + c.Config,
+		"--probe-key-file=" + c.KeyFile,
 		"--leader-elect=true",
 		"--leader-elect-resource-namespace=baremetal-system",
 		"--leader-elect-lease-duration=3s",
@@ -325,4 +335,20 @@ func (c *Cluster) Processes() []*process.Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]*process.Process(nil), c.processes...)
+}
+
+// WriteProbeKey writes a new random probe key, as an install makes one, to a file in dir,
+// and returns its path and the key.
+func WriteProbeKey(dir string) (string, *probe.Key, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", nil, err
+	}
+	data := []byte(base64.StdEncoding.EncodeToString(raw) + "\n")
+	key, err := probe.ParseKey(data)
+	if err != nil {
+		return "", nil, err
+	}
+	path := filepath.Join(dir, "probe-key")
+	return path, key, os.WriteFile(path, data, 0o600)
 }
