@@ -192,6 +192,7 @@ func run(ctx context.Context, o options) error {
 // drain returns once no Service names this node, the grace period is over, or a second
 // signal arrives.
 func drain(watcher *servicewatch.Watcher, grace time.Duration, signals <-chan os.Signal) {
+	watcher.Drain()
 	deadline := time.After(grace)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -205,7 +206,18 @@ func drain(watcher *servicewatch.Watcher, grace time.Duration, signals <-chan os
 		case <-tick.C:
 		}
 	}
+	// The addresses moved away, but the new announcers' agents may learn it a little
+	// later than this one did: answer a moment longer, so that none goes unanswered.
+	select {
+	case <-deadline:
+	case <-signals:
+	case <-time.After(drainLinger):
+	}
 }
+
+// drainLinger is how long a draining agent keeps answering after no Service names its
+// node: several times what a watch event takes to reach every agent on a busy node.
+const drainLinger = 500 * time.Millisecond
 
 func clientConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {

@@ -66,6 +66,18 @@ type Watcher struct {
 	queue      workqueue.TypedRateLimitingInterface[string]
 
 	refused []desired.Refusal
+	// draining, once set, keeps every address announced that was: the node is going away,
+	// and the new announcer may see its annotation some milliseconds after this node does.
+	draining atomic.Bool
+	applied  []desired.Address // what the speaker was last given; only sync touches it
+}
+
+// Drain keeps announcing every address announced so far, and adds those that come, until
+// the agent exits: a draining node withdraws nothing, so that no address goes unanswered
+// between this node seeing that it moved and the new announcer seeing it too.
+func (w *Watcher) Drain() {
+	w.draining.Store(true)
+	w.queue.Add(everything)
 }
 
 // New returns a Watcher of the Services in factory for node, whose Node object nodes
@@ -202,7 +214,11 @@ func (w *Watcher) sync() error {
 		nodeLabels = n.Labels
 	}
 	addrs, refused := desired.Compute(w.node, nodeLabels, services, w.cfg.Load())
+	if w.draining.Load() {
+		addrs = keep(w.applied, addrs)
+	}
 	w.speaker.Apply(addrs)
+	w.applied = addrs
 
 	if !slices.Equal(refused, w.refused) {
 		counts := map[desired.Reason]int{}
@@ -237,4 +253,17 @@ func (w *Watcher) Unplaced(a desired.Address) {
 		w.recorder.Eventf(svc, v1.EventTypeWarning, ReasonNoInterface,
 			"Node %s does not announce %s: %s", w.node, a.Addr, where)
 	}
+}
+
+// keep returns now with every address of was that now lacks, sorted as desired.Compute
+// sorts.
+func keep(was, now []desired.Address) []desired.Address {
+	out := slices.Clone(now)
+	for _, a := range was {
+		if !slices.ContainsFunc(out, func(b desired.Address) bool { return b.Addr == a.Addr }) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b desired.Address) int { return a.Addr.Compare(b.Addr) })
+	return out
 }
