@@ -172,15 +172,17 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if !r.Ours() || r.Deleting || !slices.Contains(svc.Finalizers, finalizer) {
 		return nil
 	}
-	held := c.addresses(ctx, svc)
+	held, err := c.addresses(ctx, svc)
+	if err != nil {
+		return err // never a status written from an allocator that does not know yet
+	}
 	want := held
 	// Ensure is idempotent: for a Service that holds its addresses it changes nothing; one
 	// that waits for an address, or lost it with its pool, gets one now if it can. A refusal
-	// is reported by the provider, and leaves the Service with what it holds.
+	// is reported by the provider, and leaves the Service with what it held: the allocator
+	// is all or nothing.
 	if st, err := c.lb.EnsureLoadBalancer(ctx, "", svc, nil); err == nil {
 		want = ips(st)
-	} else {
-		want = c.addresses(ctx, svc)
 	}
 	if slices.Equal(r.Ingress, want) && len(r.BadIngress) == 0 {
 		return nil
@@ -193,13 +195,14 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	return c.patchStatus(ctx, svc, want)
 }
 
-// addresses returns what the allocator holds for svc.
-func (c *Controller) addresses(ctx context.Context, svc *v1.Service) []netip.Addr {
+// addresses returns what the allocator holds for svc. It fails while the allocator has
+// not restored the addresses of the Services' status.
+func (c *Controller) addresses(ctx context.Context, svc *v1.Service) ([]netip.Addr, error) {
 	st, exists, err := c.lb.GetLoadBalancer(ctx, "", svc)
 	if err != nil || !exists {
-		return nil
+		return nil, err
 	}
-	return ips(st)
+	return ips(st), nil
 }
 
 // lie says how a Service's status differs from the addresses it held, or "" when the
