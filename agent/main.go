@@ -19,12 +19,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/cli"
@@ -38,8 +38,10 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/standby"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 type options struct {
@@ -140,18 +142,22 @@ func run(ctx context.Context, o options) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "baremetal-agent", Host: o.nodeName})
 
 	factory := informers.NewSharedInformerFactory(client, 0)
-	// This node alone: its labels decide which pools' addresses it may announce.
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.nodeName).String()
-	}))
+	// Every node, to probe the peers this one backs up while no ccm is heard, at the
+	// addresses known before the API server went away; of the others only what that needs
+	// is kept. This node's labels decide which pools' addresses it may announce.
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(peerNode(o.nodeName)))
+	nodes := nodeFactory.Core().V1().Nodes()
+	peers := prober.New(cfg.Failover, key, nodes, probe.FromAgent)
+	standbys := standby.New(cfg.Failover, responder, peers)
 	var watcher *servicewatch.Watcher
 	sp := speaker.New(speaker.Options{Unplaced: func(a desired.Address) { watcher.Unplaced(a) }})
-	watcher, err = servicewatch.New(o.nodeName, cfg, factory, nodeFactory.Core().V1().Nodes(), sp, recorder)
+	watcher, err = servicewatch.New(o.nodeName, cfg, factory, nodes, sp, standbys, recorder)
 	if err != nil {
 		return err
 	}
 	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), probe.NewCollector(responder))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
+	legacyregistry.MustRegister(standby.Metrics()...)
 	legacyregistry.MustRegister(config.Metrics()...)
 
 	// The speaker outlives the signal: on SIGTERM the agent drains, answering as before.
@@ -170,6 +176,7 @@ func run(ctx context.Context, o options) error {
 	factory.Start(runCtx.Done())
 	nodeFactory.Start(runCtx.Done())
 	go watcher.Run(runCtx)
+	go standbys.Run(runCtx)
 	klog.InfoS("Agent started", "node", o.nodeName, "version", version.Get().GitVersion, "probeAddress", probeConn.LocalAddr(), "metricsAddress", metricsListener.Addr())
 
 	signals := make(chan os.Signal, 1)
@@ -218,6 +225,24 @@ func drain(watcher *servicewatch.Watcher, grace time.Duration, signals <-chan os
 // drainLinger is how long a draining agent keeps answering after no Service names its
 // node: several times what a watch event takes to reach every agent on a busy node.
 const drainLinger = 500 * time.Millisecond
+
+// peerNode keeps of another node only its name and addresses, which is all a check of
+// peers needs, so that the cache of a large cluster's nodes stays small.
+func peerNode(self string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		n, ok := obj.(*v1.Node)
+		if !ok || n.Name == self {
+			if ok {
+				n.ManagedFields = nil
+			}
+			return obj, nil
+		}
+		return &v1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
+			Status:     v1.NodeStatus{Addresses: n.Status.Addresses},
+		}, nil
+	}
+}
 
 func clientConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {

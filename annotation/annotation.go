@@ -25,9 +25,16 @@ const (
 	PreferredNodes = Prefix + "preferred-nodes"
 )
 
-// Announcer is written by the ccm only: the node that announces the Service's addresses
-// now.
-const Announcer = Prefix + "announcer"
+// The ccm's own annotations, written by it only: the plan for the Service's addresses.
+const (
+	// Announcer is the node that announces the Service's addresses now.
+	Announcer = Prefix + "announcer"
+	// Standbys lists, comma-separated, the nodes that take the addresses over, in order,
+	// when the announcer is down: the agents act on it at once when the ccm's verdict, or
+	// their own check while no ccm is heard, says so, without waiting for a new announcer
+	// to be written.
+	Standbys = Prefix + "standbys"
+)
 
 // Spec documents one annotation. The README's reference is checked against Specs.
 type Spec struct {
@@ -51,4 +58,5 @@ var Specs = []Spec{
 	{Key: SharedIPNamespaces, Type: "comma-separated namespace names", Default: "sharing stays within the Service's namespace", Example: "team-b", WrittenBy: "user"},
 	{Key: PreferredNodes, Type: "comma-separated node names, in order of preference", Default: "no preference", Example: "edge-1,edge-2", WrittenBy: "user"},
 	{Key: Announcer, Type: "node name", Default: "no node announces", Example: "node-a", WrittenBy: "ccm"},
+	{Key: Standbys, Type: "comma-separated node names, in order", Default: "no node stands by", Example: "node-b,node-c", WrittenBy: "ccm"},
 }

@@ -68,6 +68,23 @@ type Request struct {
 	BadIngress []string
 	// Announcer is the node the ccm named to announce the addresses, "" for none.
 	Announcer string
+	// Standbys are the nodes the ccm named to take the addresses over, in order.
+	Standbys []string
+}
+
+// Plan returns the announcer followed by the standbys: the order in which nodes announce
+// the addresses as those before them go down. Empty when no node announces.
+func (r *Request) Plan() []string {
+	if r.Announcer == "" {
+		return nil
+	}
+	out := []string{r.Announcer}
+	for _, n := range r.Standbys {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Ours reports whether the Service is this load balancer's to serve.
@@ -151,6 +168,8 @@ func Parse(svc *v1.Service) (*Request, error) {
 	r.SharingKey, r.SharingNamespaces, err = sharing(svc)
 	add(err)
 	r.PreferredNodes, err = names(svc, PreferredNodes, validation.IsDNS1123Subdomain)
+	add(err)
+	r.Standbys, err = names(svc, Standbys, validation.IsDNS1123Subdomain)
 	add(err)
 	return r, errors.Join(errs...)
 }

@@ -44,7 +44,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	for _, svc := range stale {
 		// No address to announce any more: the annotation would mislead the agents.
-		if err := c.setAnnouncer(ctx, svc, ""); err != nil {
+		if err := c.setPlan(ctx, svc, plan{}); err != nil {
 			return err
 		}
 	}
@@ -66,12 +66,18 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	d := owner.Select(g, nodes)
+	ranked, reason := owner.Rank(g, nodes)
+	d := owner.Decision{Reason: reason}
+	var p plan
+	if len(ranked) > 0 {
+		d.Node = ranked[0]
+		p = plan{announcer: d.Node, standbys: strings.Join(ranked[1:min(len(ranked), 1+maxStandbys)], ",")}
+	}
 	warn := c.remember(key, members, g, nodes, d)
 	c.account(key, ownership{node: d.Node, services: len(members)})
 	for _, m := range members {
 		prev := m.req.Announcer
-		if c.written(m.svc, d.Node) {
+		if c.written(m.svc, p) {
 			continue // this ccm wrote it already; the cache has not seen the patch yet
 		}
 		if prev == d.Node {
@@ -80,13 +86,22 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 				c.recorder.Eventf(m.svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", g.FirstIP, why)
 				c.logChange(m.req.Service, ReasonNoAnnouncer, prev, d, why)
 			}
+			if strings.Join(m.req.Standbys, ",") != p.standbys {
+				// The standby order changed alone: the agents need it before the
+				// announcer fails, and nobody needs an event for it.
+				if err := c.setPlan(ctx, m.svc, p); err != nil {
+					return err
+				}
+				c.wrote(m.svc, p)
+				klog.V(2).InfoS("Standbys changed", "service", klog.KObj(m.svc), "announcer", d.Node, "from", m.req.Standbys, "to", p.standbys)
+			}
 			continue
 		}
 		why := owner.Explain(prev, g, nodes, d)
-		if err := c.setAnnouncer(ctx, m.svc, d.Node); err != nil {
+		if err := c.setPlan(ctx, m.svc, p); err != nil {
 			return err
 		}
-		c.wrote(m.svc, d.Node)
+		c.wrote(m.svc, p)
 		announcerChanges.WithLabelValues(string(d.Reason)).Inc()
 		if d.Node == "" {
 			c.recorder.Eventf(m.svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", g.FirstIP, why)
@@ -119,10 +134,10 @@ func (c *Controller) syncService(ctx context.Context, name string) error {
 		c.enqueueService(svc) // its addresses' groups decide
 		return nil
 	}
-	if r.Announcer == "" {
+	if r.Announcer == "" && len(r.Standbys) == 0 {
 		return nil
 	}
-	return c.setAnnouncer(ctx, svc, "")
+	return c.setPlan(ctx, svc, plan{})
 }
 
 // group returns the Services to announce that hold start, or hold an address that such
@@ -198,6 +213,11 @@ func (c *Controller) ruleGroup(key string, members []member) (owner.Group, error
 	if !cfg.Failover.Failback {
 		g.Current = c.current(key, members)
 	}
+	for _, m := range members {
+		if g.Plan = m.req.Plan(); len(g.Plan) > 0 {
+			break
+		}
+	}
 	return g, nil
 }
 
@@ -264,20 +284,38 @@ func (c *Controller) nodeStates() ([]owner.Node, error) {
 	}
 	out := make([]owner.Node, 0, len(nodes))
 	for _, n := range nodes {
+		// Only an agent that is up may announce: one that is replaced is in the verdict, and
+		// announces nothing until the annotations say what the agents standing in did.
 		h := c.health.Health(n.Name)
 		out = append(out, owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == prober.Up, Draining: h == prober.Draining})
 	}
 	return out, nil
 }
 
-// setAnnouncer writes, or with node "" removes, the announcer annotation with a merge
-// patch of that one key, so no other field can be overwritten.
-func (c *Controller) setAnnouncer(ctx context.Context, svc *v1.Service, node string) error {
-	var value any
-	if node != "" {
-		value = node
+// maxStandbys is how many standbys a plan names: enough that an address survives two
+// nodes dying at once without the API server, few enough that the order rarely changes.
+const maxStandbys = 2
+
+// plan is what the ccm publishes for a group: the announcer and its standbys, as the
+// annotations hold them.
+type plan struct {
+	announcer string
+	standbys  string // comma-separated
+}
+
+// setPlan writes the announcer and standby annotations, or removes those that are empty,
+// with a merge patch of those two keys, so no other field can be overwritten.
+func (c *Controller) setPlan(ctx context.Context, svc *v1.Service, p plan) error {
+	value := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotation.Announcer: value}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		annotation.Announcer: value(p.announcer),
+		annotation.Standbys:  value(p.standbys),
+	}}})
 	if err != nil {
 		return err
 	}
@@ -291,26 +329,26 @@ func (c *Controller) setAnnouncer(ctx context.Context, svc *v1.Service, node str
 	return nil
 }
 
-// written reports whether this ccm patched svc's announcer to node while the cache still
-// holds the object it decided on: syncing again before the watch delivers the patch must
-// not patch, and tell the Service's events, a second time.
-func (c *Controller) written(svc *v1.Service, node string) bool {
+// written reports whether this ccm patched svc's plan to p while the cache still holds
+// the object it decided on: syncing again before the watch delivers the patch must not
+// patch, and tell the Service's events, a second time.
+func (c *Controller) written(svc *v1.Service, p plan) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w, ok := c.patched[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}]
-	return ok && w.resourceVersion == svc.ResourceVersion && w.node == node
+	return ok && w.resourceVersion == svc.ResourceVersion && w.plan == p
 }
 
-// wrote records that svc, as the cache holds it, was patched to name node.
-func (c *Controller) wrote(svc *v1.Service, node string) {
+// wrote records that svc, as the cache holds it, was patched to hold p.
+func (c *Controller) wrote(svc *v1.Service, p plan) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	c.patched[key] = patch{resourceVersion: svc.ResourceVersion, node: node}
+	c.patched[key] = patch{resourceVersion: svc.ResourceVersion, plan: p}
 }
 
-// patch is an announcer patch of this ccm, and the version of the Service it was based on.
+// patch is a plan patch of this ccm, and the version of the Service it was based on.
 type patch struct {
 	resourceVersion string
-	node            string
+	plan            plan
 }

@@ -54,7 +54,7 @@ func startAnnouncer(page *statuspage.Page, key func() *probe.Key) app.InitFuncCo
 				return nil, false, err
 			}
 			factory := completed.SharedInformers
-			p := prober.New(c.Config().Failover, key(), factory.Core().V1().Nodes())
+			p := prober.New(c.Config().Failover, key(), factory.Core().V1().Nodes(), probe.FromCCM)
 			a := announcer.New(c.Config(), factory, client, c.Recorder(), p)
 			c.OnConfigChange(a.SetConfig)
 			go p.Run(ctx)

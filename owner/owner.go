@@ -58,6 +58,10 @@ type Group struct {
 	// its addresses back, which would break connections a second time. Leave it empty for
 	// the pure hash order.
 	Current string
+	// Plan is the announcer and standbys the Services' annotations publish. When Current
+	// is no longer a candidate, the first node of Plan among the best candidates takes
+	// over: it is the node the agents chose on their own, from the same plan.
+	Plan []string
 }
 
 // LocalService is a Service of the group with externalTrafficPolicy Local. It keeps its
@@ -86,6 +90,9 @@ const (
 	// ReasonEndpoints: the candidate with the most ready endpoints, ties broken by the
 	// current announcer, then by hash.
 	ReasonEndpoints Reason = "ReadyEndpoints"
+	// ReasonStandby: the announcer went down and the first standby of the published plan
+	// that is among the best candidates took over, as the agents did on their own.
+	ReasonStandby Reason = "Standby"
 	// ReasonNoEndpoints: a Cluster group without ready endpoints anywhere; any eligible node.
 	ReasonNoEndpoints Reason = "NoReadyEndpoints"
 	// ReasonNoEligibleNode: no node may announce.
@@ -105,6 +112,18 @@ type Decision struct {
 // g.Local and of g.Pools does not matter, so every replica of the ccm, listing them from
 // its own caches, agrees.
 func Select(g Group, nodes []Node) Decision {
+	ranked, reason := Rank(g, nodes)
+	if len(ranked) == 0 {
+		return Decision{Reason: reason}
+	}
+	return Decision{Node: ranked[0], Reason: reason}
+}
+
+// Rank orders the nodes that may announce g's address, best first, and says why the first
+// is first: the first is Select's choice, the rest, in order, are its standbys. Removing
+// any node from nodes leaves the order of the others as it was, so that the standbys of a
+// dead announcer take over in the order the ccm published, whoever applies it.
+func Rank(g Group, nodes []Node) ([]string, Reason) {
 	var eligible []string
 	for _, n := range nodes {
 		if Eligible(g, n) == "" {
@@ -112,27 +131,29 @@ func Select(g Group, nodes []Node) Decision {
 		}
 	}
 	if len(eligible) == 0 {
-		return Decision{Reason: ReasonNoEligibleNode}
+		return nil, ReasonNoEligibleNode
 	}
-	reason := ReasonEndpoints
-	var candidates []string
+	// Candidates come first; for a Cluster group, the eligible nodes without endpoints
+	// follow, as they would be chosen once no candidate is left.
+	var first, rest []string
 	if len(g.Local) > 0 {
-		candidates = slices.DeleteFunc(eligible, func(n string) bool { return len(missingLocal(g, n)) > 0 })
-		if len(candidates) == 0 {
-			return Decision{Reason: ReasonNoLocalEndpoints}
+		first = slices.DeleteFunc(eligible, func(n string) bool { return len(missingLocal(g, n)) > 0 })
+		if len(first) == 0 {
+			return nil, ReasonNoLocalEndpoints
 		}
 	} else {
-		candidates = slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return g.Endpoints[n] == 0 })
-		if len(candidates) == 0 {
-			candidates, reason = eligible, ReasonNoEndpoints
+		for _, n := range eligible {
+			if g.Endpoints[n] > 0 {
+				first = append(first, n)
+			} else {
+				rest = append(rest, n)
+			}
 		}
 	}
-	for _, p := range g.PreferredNodes {
-		if slices.Contains(candidates, p) {
-			return Decision{Node: p, Reason: ReasonPreferred}
+	order := func(a, b string) int {
+		if c := cmp.Compare(preference(g, a), preference(g, b)); c != 0 {
+			return c
 		}
-	}
-	return Decision{Node: slices.MinFunc(candidates, func(a, b string) int {
 		if c := cmp.Compare(g.Endpoints[b], g.Endpoints[a]); c != 0 {
 			return c
 		}
@@ -143,7 +164,36 @@ func Select(g Group, nodes []Node) Decision {
 			return c
 		}
 		return cmp.Compare(a, b)
-	}), Reason: reason}
+	}
+	slices.SortFunc(first, order)
+	slices.SortFunc(rest, order)
+	reason := ReasonEndpoints
+	if len(first) == 0 {
+		first, rest, reason = rest, nil, ReasonNoEndpoints
+	}
+	if preference(g, first[0]) < len(g.PreferredNodes) {
+		reason = ReasonPreferred
+	}
+	// The current announcer gone, the first of the published plan left among the best
+	// takes over: the agents did so already, without the ccm.
+	if g.Current != "" && !slices.Contains(first, g.Current) {
+		for _, n := range g.Plan {
+			if i := slices.Index(first, n); i >= 0 {
+				first = append([]string{n}, slices.Delete(first, i, i+1)...)
+				reason = ReasonStandby
+				break
+			}
+		}
+	}
+	return append(first, rest...), reason
+}
+
+// preference is n's place in g.PreferredNodes, or their number when it is not preferred.
+func preference(g Group, n string) int {
+	if i := slices.Index(g.PreferredNodes, n); i >= 0 {
+		return i
+	}
+	return len(g.PreferredNodes)
 }
 
 // missingLocal returns the Local Services of g without a ready endpoint on node, sorted.
@@ -235,6 +285,8 @@ func describe(d Decision) string {
 		return d.Node + " is the first eligible preferred node"
 	case ReasonNoEndpoints:
 		return "no node has a ready endpoint; " + d.Node + " is eligible"
+	case ReasonStandby:
+		return d.Node + " is the first standby that can announce"
 	}
 	return d.Node + " has ready endpoints"
 }

@@ -15,6 +15,9 @@ var (
 	descProbes = metrics.NewDesc("baremetal_agent_probes_total",
 		"Health probes received, by outcome: answered, unanswered (the reply could not be sent), limited (over the reply rate limit), unauthenticated (not made with the probe key) or malformed.",
 		[]string{"outcome"}, nil, metrics.ALPHA, "")
+	descVerdicts = metrics.NewDesc("baremetal_agent_verdicts_total",
+		"Verdicts of the ccm received, by result: taken, or stale (not newer than the one held: replayed, or from a ccm that no longer leads).",
+		[]string{"result"}, nil, metrics.ALPHA, "")
 	descDraining = metrics.NewDesc("baremetal_agent_draining",
 		"1 while the agent is draining (shutting down), else 0.",
 		nil, nil, metrics.ALPHA, "")
@@ -23,6 +26,7 @@ var (
 // DescribeWithStability implements metrics.StableCollector.
 func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- descProbes
+	ch <- descVerdicts
 	ch <- descDraining
 }
 
@@ -34,6 +38,8 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Limited), "limited")
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Unauthenticated), "unauthenticated")
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Malformed), "malformed")
+	ch <- metrics.NewLazyConstMetric(descVerdicts, metrics.CounterValue, float64(st.Verdicts), "taken")
+	ch <- metrics.NewLazyConstMetric(descVerdicts, metrics.CounterValue, float64(st.StaleVerdicts), "stale")
 	draining := 0.0
 	if c.r.State() == Draining {
 		draining = 1

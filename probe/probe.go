@@ -1,33 +1,45 @@
-// Package probe is the wire format of the agent health check, and the agent's side of it.
+// Package probe is the wire format of the channel between the ccm and the node agents,
+// and the agent's side of it.
 //
 // The ccm sends every agent a small UDP request; the agent echoes its nonce with the name
-// of its node and its state. The exchange never touches the API server, so the ccm can
-// check every node many times a second for the cost of two small packets each.
+// of its node, its state, the verdict it holds and the nodes it stands in for. When the ccm
+// takes an agent for down, it sends every agent a verdict: the nodes whose addresses their
+// standbys announce now. The exchange never touches the API server, so failover needs
+// neither it nor a watch. While no ccm is heard, agents probe the agents they back up with
+// the same requests.
 //
-// Version 2 of the format, all integers big-endian:
+// Version 3 of the format, all integers big-endian, every datagram starting with
 //
-//	request, 28 bytes:
-//	  0   2  magic "BM"
-//	  2   1  version: 2
-//	  3   1  type: 1 (request)
+//	0   2  magic "BM"
+//	2   1  version: 3
+//	3   1  type: 1 request, 2 reply, 3 verdict
+//
+// and ending with a 16-byte code, the first 16 bytes of the HMAC-SHA256 of every byte
+// before it under the shared key. A name is one byte of length (1 to 253) and the name.
+//
+//	request, 45 bytes:
 //	  4   8  nonce, chosen at random by the prober for each request
-//	  12  16 code: HMAC-SHA256 of bytes 0-11 with the key, first 16 bytes
+//	  12  1  sender: 1 the ccm, 2 an agent checking a peer
+//	  13  8  instance: the sending ccm's, its start time in Unix nanoseconds (0 from an agent)
+//	  21  8  counter, increasing with every request of the instance
+//	  29  8  sequence of the ccm's current verdict, 0 before its first
 //
-//	reply, 30 to 283 bytes:
-//	  0   2  magic "BM"
-//	  2   1  version: 2
-//	  3   1  type: 2 (reply)
+//	reply:
 //	  4   8  the request's nonce
 //	  12  1  state: 1 ready, 2 draining
-//	  13  1  n, the length of the node name (1 to 253)
-//	  14  n  the node name
-//	  ... 16 code: HMAC-SHA256 of every byte before it with the key, first 16 bytes
+//	  13  n  the node name
+//	  ... 8  instance and 8 sequence of the verdict the agent holds (zeros for none)
+//	  ... 1  m, then m names: the nodes the agent stands in for (at most 32)
 //
-// Every datagram is authenticated with a key that the ccm and the agents share (Key). A
-// responder answers only authenticated requests of a version it speaks; a prober takes only
-// an authenticated reply whose nonce is the one it is waiting for, so a forged, stray or
-// replayed datagram never counts as an answer. The code always ends the datagram; fields
-// that a later version adds come before it, after those of this one.
+//	verdict:
+//	  4   8  instance of the ccm
+//	  12  8  sequence, increasing with every new verdict of the instance
+//	  20  2  k, then k names: the nodes taken for down
+//
+// A responder answers only authenticated requests of a version it speaks; a prober takes
+// only an authenticated reply whose nonce is the one it is waiting for; an agent takes a
+// request as a sign of the ccm's life, and a verdict as the ccm's word, only if it is newer
+// than the last it took. So a forged, stray or replayed datagram never counts.
 package probe
 
 import (
@@ -37,18 +49,22 @@ import (
 )
 
 // Version is the version of the wire format this package speaks.
-const Version = 2
+const Version = 3
 
 const (
 	typeRequest = 1
 	typeReply   = 2
+	typeVerdict = 3
 
-	headerLen = 12
+	headerLen = 4
 	// RequestLen is the length of an encoded request.
-	RequestLen = headerLen + macLen
-	// MaxReplyLen is the length of the longest encoded reply: a node name is a DNS
-	// subdomain, at most 253 bytes.
-	MaxReplyLen = headerLen + 2 + maxNodeName + macLen
+	RequestLen = headerLen + 8 + 1 + 8 + 8 + 8 + macLen
+	// MaxCovers is how many nodes a reply names as stood in for; a ccm needs them only to
+	// keep those nodes' addresses where they are, and more than a few is rare.
+	MaxCovers = 32
+	// MaxDatagram is the size of the largest datagram: a verdict naming every node of a
+	// large cluster still fits.
+	MaxDatagram = 65507
 	maxNodeName = 253
 )
 
@@ -76,10 +92,39 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
+// Sender says who sent a request.
+type Sender uint8
+
+const (
+	// FromCCM is a request of the leading ccm's prober.
+	FromCCM Sender = 1
+	// FromAgent is a request of an agent checking a peer while no ccm is heard.
+	FromAgent Sender = 2
+)
+
 // Request is a probe sent to an agent.
 type Request struct {
 	// Nonce is echoed in the reply; the prober uses it to match replies to requests.
 	Nonce uint64
+	// Sender is who probes.
+	Sender Sender
+	// Instance identifies the ccm process (FromCCM only): its start time in Unix
+	// nanoseconds, so that a later ccm's requests and verdicts are newer.
+	Instance uint64
+	// Counter increases with every request of the instance.
+	Counter uint64
+	// Verdict is the sequence of the instance's current verdict, 0 before its first.
+	Verdict uint64
+}
+
+// VerdictRef names a verdict: the ccm instance that made it, and its sequence.
+type VerdictRef struct {
+	Instance, Seq uint64
+}
+
+// Newer reports whether r is later than o.
+func (r VerdictRef) Newer(o VerdictRef) bool {
+	return r.Instance > o.Instance || r.Instance == o.Instance && r.Seq > o.Seq
 }
 
 // Reply is an agent's answer to a Request.
@@ -90,6 +135,19 @@ type Reply struct {
 	State State
 	// Node is the name of the agent's node.
 	Node string
+	// Verdict is the verdict the agent holds.
+	Verdict VerdictRef
+	// Covers are the nodes whose addresses this agent announces in their stead, against
+	// what the Services' annotations say: at most MaxCovers.
+	Covers []string
+}
+
+// Verdict is the ccm's word on which agents are down: each agent announces an address
+// whose announcer is named here when it is the first standby of the address not named.
+type Verdict struct {
+	VerdictRef
+	// Down are the nodes taken for down, sorted.
+	Down []string
 }
 
 // ErrFormat is wrapped by every error about a malformed datagram.
@@ -100,11 +158,16 @@ func (k *Key) AppendRequest(b []byte, r Request) []byte {
 	start := len(b)
 	b = append(b, magic[0], magic[1], Version, typeRequest)
 	b = binary.BigEndian.AppendUint64(b, r.Nonce)
+	b = append(b, byte(r.Sender))
+	b = binary.BigEndian.AppendUint64(b, r.Instance)
+	b = binary.BigEndian.AppendUint64(b, r.Counter)
+	b = binary.BigEndian.AppendUint64(b, r.Verdict)
 	return append(b[:start], k.seal(b[start:])...)
 }
 
-// AppendReply appends the authenticated encoding of r to b. It fails if the node name is
-// empty or longer than 253 bytes, or if the state is not one of the defined ones.
+// AppendReply appends the authenticated encoding of r to b. It fails if a node name is
+// empty or longer than 253 bytes, if the state is not one of the defined ones, or if r
+// covers more than MaxCovers nodes.
 func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	if err := checkReply(r); err != nil {
 		return b, err
@@ -112,17 +175,66 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	start := len(b)
 	b = append(b, magic[0], magic[1], Version, typeReply)
 	b = binary.BigEndian.AppendUint64(b, r.Nonce)
-	b = append(b, byte(r.State), byte(len(r.Node)))
-	b = append(b, r.Node...)
+	b = append(b, byte(r.State))
+	b = appendName(b, r.Node)
+	b = binary.BigEndian.AppendUint64(b, r.Verdict.Instance)
+	b = binary.BigEndian.AppendUint64(b, r.Verdict.Seq)
+	b = append(b, byte(len(r.Covers)))
+	for _, n := range r.Covers {
+		b = appendName(b, n)
+	}
 	return append(b[:start], k.seal(b[start:])...), nil
 }
 
+// AppendVerdict appends the authenticated encoding of v to b. It fails if a name is not 1
+// to 253 bytes, or if the verdict does not fit in one datagram.
+func (k *Key) AppendVerdict(b []byte, v Verdict) ([]byte, error) {
+	size := headerLen + 8 + 8 + 2 + macLen
+	for _, n := range v.Down {
+		if err := checkName(n); err != nil {
+			return b, fmt.Errorf("probe verdict: %w", err)
+		}
+		size += 1 + len(n)
+	}
+	if size > MaxDatagram {
+		return b, fmt.Errorf("probe verdict: %d nodes down take %d bytes, more than a datagram holds (%d)", len(v.Down), size, MaxDatagram)
+	}
+	start := len(b)
+	b = append(b, magic[0], magic[1], Version, typeVerdict)
+	b = binary.BigEndian.AppendUint64(b, v.Instance)
+	b = binary.BigEndian.AppendUint64(b, v.Seq)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(v.Down)))
+	for _, n := range v.Down {
+		b = appendName(b, n)
+	}
+	return append(b[:start], k.seal(b[start:])...), nil
+}
+
+func appendName(b []byte, name string) []byte {
+	return append(append(b, byte(len(name))), name...)
+}
+
+func checkName(name string) error {
+	if n := len(name); n == 0 || n > maxNodeName {
+		return fmt.Errorf("node name %q is %d bytes, want 1 to %d", name, n, maxNodeName)
+	}
+	return nil
+}
+
 func checkReply(r Reply) error {
-	if n := len(r.Node); n == 0 || n > maxNodeName {
-		return fmt.Errorf("probe reply: node name %q is %d bytes, want 1 to %d", r.Node, n, maxNodeName)
+	if err := checkName(r.Node); err != nil {
+		return fmt.Errorf("probe reply: %w", err)
 	}
 	if r.State != Ready && r.State != Draining {
 		return fmt.Errorf("probe reply: %v is not a state of version %d", r.State, Version)
+	}
+	if len(r.Covers) > MaxCovers {
+		return fmt.Errorf("probe reply: covers %d nodes, at most %d fit", len(r.Covers), MaxCovers)
+	}
+	for _, n := range r.Covers {
+		if err := checkName(n); err != nil {
+			return fmt.Errorf("probe reply: covered %w", err)
+		}
 	}
 	return nil
 }
@@ -130,49 +242,118 @@ func checkReply(r Reply) error {
 // ParseRequest decodes an authenticated request. A datagram that is not one of this
 // version is an ErrFormat; one whose code does not check, ErrAuth.
 func (k *Key) ParseRequest(b []byte) (Request, error) {
-	if err := checkHeader(b, typeRequest); err != nil {
-		return Request{}, err
-	}
-	body, err := k.open(b)
+	d, err := k.decoder(b, typeRequest)
 	if err != nil {
 		return Request{}, err
 	}
-	if len(body) < headerLen {
-		return Request{}, fmt.Errorf("%w: request of %d bytes, want %d", ErrFormat, len(b), RequestLen)
+	r := Request{Nonce: d.uint64(), Sender: Sender(d.byte()), Instance: d.uint64(), Counter: d.uint64(), Verdict: d.uint64()}
+	if err := d.end("request"); err != nil {
+		return Request{}, err
 	}
-	return Request{Nonce: binary.BigEndian.Uint64(body[4:12])}, nil
+	if r.Sender != FromCCM && r.Sender != FromAgent {
+		return Request{}, fmt.Errorf("%w: unknown sender %d", ErrFormat, r.Sender)
+	}
+	return r, nil
 }
 
 // ParseReply decodes an authenticated reply.
 func (k *Key) ParseReply(b []byte) (Reply, error) {
-	if err := checkHeader(b, typeReply); err != nil {
-		return Reply{}, err
-	}
-	body, err := k.open(b)
+	d, err := k.decoder(b, typeReply)
 	if err != nil {
 		return Reply{}, err
 	}
-	if len(body) < headerLen+2 {
-		return Reply{}, fmt.Errorf("%w: reply of %d bytes, want at least %d", ErrFormat, len(b), headerLen+2+macLen)
+	r := Reply{Nonce: d.uint64(), State: State(d.byte()), Node: d.name()}
+	r.Verdict = VerdictRef{Instance: d.uint64(), Seq: d.uint64()}
+	for m := int(d.byte()); m > 0 && d.err == nil; m-- {
+		r.Covers = append(r.Covers, d.name())
 	}
-	state, n := State(body[12]), int(body[13])
-	if state != Ready && state != Draining {
-		return Reply{}, fmt.Errorf("%w: unknown %v", ErrFormat, state)
+	if err := d.end("reply"); err != nil {
+		return Reply{}, err
 	}
-	if n == 0 || len(body) < headerLen+2+n {
-		return Reply{}, fmt.Errorf("%w: node name of %d bytes in a reply of %d", ErrFormat, n, len(b))
+	if r.State != Ready && r.State != Draining {
+		return Reply{}, fmt.Errorf("%w: unknown %v", ErrFormat, r.State)
 	}
-	return Reply{
-		Nonce: binary.BigEndian.Uint64(body[4:12]),
-		State: state,
-		Node:  string(body[14 : 14+n]),
-	}, nil
+	return r, nil
+}
+
+// ParseVerdict decodes an authenticated verdict.
+func (k *Key) ParseVerdict(b []byte) (Verdict, error) {
+	d, err := k.decoder(b, typeVerdict)
+	if err != nil {
+		return Verdict{}, err
+	}
+	v := Verdict{VerdictRef: VerdictRef{Instance: d.uint64(), Seq: d.uint64()}}
+	for n := int(d.uint16()); n > 0 && d.err == nil; n-- {
+		v.Down = append(v.Down, d.name())
+	}
+	if err := d.end("verdict"); err != nil {
+		return Verdict{}, err
+	}
+	return v, nil
+}
+
+// IsVerdict reports whether b claims to be a verdict of this version: which Parse to call.
+func IsVerdict(b []byte) bool { return len(b) >= headerLen && b[3] == typeVerdict }
+
+// decoder checks b's header and code and returns a decoder of its body.
+func (k *Key) decoder(b []byte, typ byte) (*decoder, error) {
+	if err := checkHeader(b, typ); err != nil {
+		return nil, err
+	}
+	body, err := k.open(b)
+	if err != nil {
+		return nil, err
+	}
+	return &decoder{b: body[headerLen:], size: len(b)}, nil
+}
+
+// decoder reads the fields of an authenticated body; the first short read sets err and
+// makes every later read return zeros.
+type decoder struct {
+	b    []byte
+	size int
+	err  error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil || len(d.b) < n {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: datagram of %d bytes ends inside a field", ErrFormat, d.size)
+		}
+		return make([]byte, n)
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) byte() byte     { return d.take(1)[0] }
+func (d *decoder) uint16() uint16 { return binary.BigEndian.Uint16(d.take(2)) }
+func (d *decoder) uint64() uint64 { return binary.BigEndian.Uint64(d.take(8)) }
+func (d *decoder) name() string {
+	n := int(d.byte())
+	if n == 0 && d.err == nil {
+		d.err = fmt.Errorf("%w: empty node name in a datagram of %d bytes", ErrFormat, d.size)
+	}
+	return string(d.take(n))
+}
+
+// end reports the first short read, or bytes left over: fields a later version adds come
+// after those of this one, but a datagram of this version has none.
+func (d *decoder) end(what string) error {
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) > 0 {
+		return fmt.Errorf("%w: %d bytes after the end of a %s", ErrFormat, len(d.b), what)
+	}
+	return nil
 }
 
 func checkHeader(b []byte, typ byte) error {
 	switch {
-	case len(b) < headerLen:
-		return fmt.Errorf("%w: %d bytes, want at least %d", ErrFormat, len(b), headerLen)
+	case len(b) < headerLen+macLen:
+		return fmt.Errorf("%w: %d bytes, want at least %d", ErrFormat, len(b), headerLen+macLen)
 	case b[0] != magic[0] || b[1] != magic[1]:
 		return fmt.Errorf("%w: magic %#x, want %#x", ErrFormat, b[:2], magic[:])
 	case b[2] != Version:

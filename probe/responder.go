@@ -4,19 +4,33 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/time/rate"
 )
 
-// A Responder answers probes for one node. It is safe for concurrent use.
+// A Responder answers probes for one node, and takes the ccm's verdicts. It is safe for
+// concurrent use.
 type Responder struct {
 	node    string
 	key     *Key
 	limiter *rate.Limiter
 	state   atomic.Uint32
+	// lastCCM is when the last fresh request of a ccm arrived, in Unix nanoseconds.
+	lastCCM atomic.Int64
 
-	requests, replies, malformed, unauthenticated, limited atomic.Uint64
+	mu sync.Mutex
+	// newest is the newest ccm request taken: a request that is not newer is a replay or
+	// a late one, and is no sign of a ccm's life.
+	newest    struct{ instance, counter uint64 }
+	verdict   Verdict
+	covers    []string
+	onVerdict func()
+
+	requests, replies, malformed, unauthenticated, limited, verdicts, staleVerdicts atomic.Uint64
 }
 
 // Replies are limited to replyRate a second, in bursts of replyBurst: far above what the
@@ -40,6 +54,11 @@ type Stats struct {
 	Unauthenticated uint64
 	// Limited is the number of requests left unanswered over the rate limit.
 	Limited uint64
+	// Verdicts is the number of verdicts taken.
+	Verdicts uint64
+	// StaleVerdicts is the number of authenticated verdicts left because they were not
+	// newer than the one held: replayed, or from a ccm that no longer leads.
+	StaleVerdicts uint64
 }
 
 // NewResponder returns a Responder for node, in state Ready, that answers the requests
@@ -64,15 +83,48 @@ func (r *Responder) Stats() Stats {
 	return Stats{
 		Requests: r.requests.Load(), Replies: r.replies.Load(), Malformed: r.malformed.Load(),
 		Unauthenticated: r.unauthenticated.Load(), Limited: r.limited.Load(),
+		Verdicts: r.verdicts.Load(), StaleVerdicts: r.staleVerdicts.Load(),
 	}
 }
 
-// Serve answers the requests arriving on conn until conn is closed, and then returns nil.
-// Malformed and unauthenticated datagrams are counted and dropped: the sender learns
-// nothing from them, not even that an agent listens.
+// OnVerdict registers f to be called after every verdict taken. Call it before Serve.
+func (r *Responder) OnVerdict(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onVerdict = f
+}
+
+// Verdict returns the newest verdict taken; the zero Verdict before the first.
+func (r *Responder) Verdict() Verdict {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.verdict
+}
+
+// LastCCM returns when the last fresh request of a ccm arrived; the zero time before one.
+func (r *Responder) LastCCM() time.Time {
+	if ns := r.lastCCM.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// SetCovers sets the nodes the following replies say this agent stands in for. Only the
+// first MaxCovers valid node names are sent: the names come from annotations.
+func (r *Responder) SetCovers(nodes []string) {
+	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return checkName(n) != nil })
+	nodes = nodes[:min(len(nodes), MaxCovers)]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.covers = nodes
+}
+
+// Serve answers the requests and takes the verdicts arriving on conn until conn is
+// closed, and then returns nil. Malformed and unauthenticated datagrams are counted and
+// dropped: the sender learns nothing from them, not even that an agent listens.
 func (r *Responder) Serve(conn net.PacketConn) error {
-	in := make([]byte, 512)
-	out := make([]byte, 0, MaxReplyLen)
+	in := make([]byte, MaxDatagram)
+	var out []byte
 	for {
 		n, from, err := conn.ReadFrom(in)
 		if errors.Is(err, net.ErrClosed) {
@@ -80,6 +132,10 @@ func (r *Responder) Serve(conn net.PacketConn) error {
 		}
 		if err != nil {
 			return fmt.Errorf("probe responder on %s: %w", conn.LocalAddr(), err)
+		}
+		if IsVerdict(in[:n]) {
+			r.takeVerdict(in[:n])
+			continue
 		}
 		req, err := r.key.ParseRequest(in[:n])
 		switch {
@@ -91,15 +147,63 @@ func (r *Responder) Serve(conn net.PacketConn) error {
 			continue
 		}
 		r.requests.Add(1)
+		if req.Sender == FromCCM {
+			r.heard(req)
+		}
 		if !r.limiter.Allow() {
 			r.limited.Add(1)
 			continue
 		}
-		out, _ = r.key.AppendReply(out[:0], Reply{Nonce: req.Nonce, State: r.State(), Node: r.node})
+		out = r.reply(out[:0], req)
 		// A failed write (the prober gone, a full buffer) is the prober's miss to count;
 		// the responder goes on.
 		if _, err := conn.WriteTo(out, from); err == nil {
 			r.replies.Add(1)
 		}
+	}
+}
+
+// heard records a ccm's request, if it is newer than every one before.
+func (r *Responder) heard(req Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if req.Instance < r.newest.instance || req.Instance == r.newest.instance && req.Counter <= r.newest.counter {
+		return
+	}
+	r.newest.instance, r.newest.counter = req.Instance, req.Counter
+	r.lastCCM.Store(time.Now().UnixNano())
+}
+
+func (r *Responder) reply(b []byte, req Request) []byte {
+	r.mu.Lock()
+	reply := Reply{Nonce: req.Nonce, State: r.State(), Node: r.node, Verdict: r.verdict.VerdictRef, Covers: r.covers}
+	r.mu.Unlock()
+	b, _ = r.key.AppendReply(b, reply) // the node name and covers were checked when set
+	return b
+}
+
+// takeVerdict takes an authenticated verdict newer than the one held.
+func (r *Responder) takeVerdict(b []byte) {
+	v, err := r.key.ParseVerdict(b)
+	switch {
+	case errors.Is(err, ErrAuth):
+		r.unauthenticated.Add(1)
+		return
+	case err != nil:
+		r.malformed.Add(1)
+		return
+	}
+	r.mu.Lock()
+	if !v.Newer(r.verdict.VerdictRef) {
+		r.mu.Unlock()
+		r.staleVerdicts.Add(1)
+		return
+	}
+	r.verdict = v
+	f := r.onVerdict
+	r.mu.Unlock()
+	r.verdicts.Add(1)
+	if f != nil {
+		f()
 	}
 }

@@ -26,13 +26,25 @@ var (
 	agentsByState = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Subsystem:      subsystem,
 		Name:           "agents",
-		Help:           "Node agents by state: up, down, draining or unknown (not yet probed enough).",
+		Help:           "Node agents by state: up, down, draining, replaced (answering while another agent stands in for it) or unknown (not yet probed enough).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"state"})
 	unauthenticatedReplies = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem:      subsystem,
 		Name:           "agent_probe_unauthenticated_replies_total",
 		Help:           "Datagrams received on a probe socket whose code was not made with the probe key: forged, or from an agent with another key.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	verdictsSent = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "verdicts_sent_total",
+		Help:           "Verdicts sent to node agents: to every agent when the verdict changes, and to an agent that holds an older one.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	verdictDown = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      subsystem,
+		Name:           "verdict_down_nodes",
+		Help:           "Nodes the current verdict takes for down: their agents do not answer, or other agents stand in for them.",
 		StabilityLevel: metrics.ALPHA,
 	})
 	agentTransitions = metrics.NewCounterVec(&metrics.CounterOpts{
@@ -47,6 +59,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies)
+		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, verdictDown)
 	})
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	crand "crypto/rand"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,21 +38,35 @@ const (
 	Down
 	// Draining: answering, but shutting down.
 	Draining
+	// Replaced: answering, but another agent announces some of its addresses in its
+	// stead (it stood in while this one was down, or while no ccm was heard) and the
+	// Services' annotations have not caught up. Such an agent is in the verdict, so it
+	// announces nothing, until no agent stands in for it any more.
+	Replaced
 )
 
 // String returns the state in lower case, as in metrics labels.
 func (s State) String() string {
-	return [...]string{"unknown", "up", "down", "draining"}[s]
+	return [...]string{"unknown", "up", "down", "draining", "replaced"}[s]
 }
 
-// Prober checks every node's agent with UDP probes (package probe) every probe interval,
-// from the leader only, and is the announcer's source of agent health. Its cost is two small
-// packets per node and interval, and nothing through the API server.
+// Prober checks every node's agent with UDP probes (package probe) every probe interval
+// and is the announcer's source of agent health. Its cost is two small packets per node
+// and interval, and nothing through the API server.
+//
+// The ccm's prober (probe.FromCCM) also sends every agent the verdict: the nodes taken
+// for down, or stood in for. It sends it to every agent at once when it changes, and
+// again to an agent whose reply shows it holds an older one. An agent's prober
+// (probe.FromAgent) checks the peers it backs up while no ccm is heard.
 type Prober struct {
 	cfg         config.Failover
 	key         *probe.Key
+	sender      probe.Sender
 	nodes       corelisters.NodeLister
 	nodesSynced cache.InformerSynced
+	// instance and counter stamp the ccm's requests (package probe).
+	instance uint64
+	counter  atomic.Uint64
 
 	mu        sync.Mutex
 	ctx       context.Context // Run's; nil before Run
@@ -58,8 +74,14 @@ type Prober struct {
 	listeners []func(node string)
 	// pending are the nodes there were at the start without a verdict yet; the prober
 	// has synced when there are none left, so that a new leader changes nothing before
-	// it knows which agents answer.
+	// it knows which agents answer, and which stand in for others.
 	pending map[string]bool
+	// targets limits the nodes probed; nil probes every node.
+	targets map[string]bool
+	// verdict is the verdict sent; its Seq is 0 until the prober has synced.
+	verdict probe.Verdict
+	// covered counts, per node, the agents that say they stand in for it.
+	covered map[string]int
 }
 
 // agentProbe is the probing of one node's agent.
@@ -67,6 +89,10 @@ type agentProbe struct {
 	addr   netip.AddrPort
 	cancel context.CancelFunc
 	state  State
+	// covers are the nodes the agent's last reply said it stands in for.
+	covers []string
+	// kick asks the probe loop to send the verdict now.
+	kick chan struct{}
 	// lastRTT (ns) and lastAnswer (Unix ns) are the last answered probe's round trip and
 	// arrival, for the status page. Atomics, because the probe loop writes them on every
 	// answer, and p.mu is on the path of every announcer decision.
@@ -74,10 +100,13 @@ type agentProbe struct {
 }
 
 // New returns a prober of the agents of the nodes in the informer, with probes
-// authenticated by key. It probes nothing before Run.
-func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer) *Prober {
-	registerMetrics()
-	p := &Prober{cfg: cfg, key: key, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}}
+// authenticated by key, sent as sender. It probes nothing before Run.
+func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer, sender probe.Sender) *Prober {
+	if sender == probe.FromCCM {
+		// An agent's prober has no metrics of its own: an unregistered metric counts nothing.
+		registerMetrics()
+	}
+	p := &Prober{cfg: cfg, key: key, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, covered: map[string]int{}}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.syncNode,
 		UpdateFunc: func(_, cur any) { p.syncNode(cur) },
@@ -90,6 +119,7 @@ func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer) 
 				defer p.mu.Unlock()
 				p.forget(n.Name)
 				delete(p.pending, n.Name)
+				p.decideLocked()
 			}
 		},
 	})
@@ -103,10 +133,49 @@ func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer) 
 func (p *Prober) Health(node string) State {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if a := p.agents[node]; a != nil {
-		return a.state
+	return p.healthLocked(node)
+}
+
+func (p *Prober) healthLocked(node string) State {
+	a := p.agents[node]
+	switch {
+	case a == nil:
+		return Down
+	case a.state != Down && p.coveredLocked(node):
+		return Replaced
 	}
-	return Down
+	return a.state
+}
+
+// coveredLocked reports whether an agent says it stands in for node.
+func (p *Prober) coveredLocked(node string) bool { return p.covered[node] > 0 }
+
+// Verdict returns the verdict sent to the agents; its Seq is 0 before the first.
+func (p *Prober) Verdict() probe.Verdict {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.verdict
+}
+
+// SetTargets limits probing to the named nodes; nil probes every node.
+func (p *Prober) SetTargets(nodes map[string]bool) {
+	p.mu.Lock()
+	if maps.Equal(nodes, p.targets) && (nodes == nil) == (p.targets == nil) {
+		p.mu.Unlock()
+		return
+	}
+	p.targets = maps.Clone(nodes)
+	for name := range p.agents {
+		if p.targets != nil && !p.targets[name] {
+			p.forget(name)
+		}
+	}
+	p.mu.Unlock()
+	if nodes, err := p.nodes.List(labels.Everything()); err == nil {
+		for _, n := range nodes {
+			p.syncNode(n)
+		}
+	}
 }
 
 // OnChange registers f to be called with the name of a node whose agent changed state.
@@ -133,10 +202,18 @@ func (p *Prober) Run(ctx context.Context) {
 		klog.ErrorS(err, "Cannot list nodes to probe")
 	}
 	p.mu.Lock()
+	for name := range p.agents {
+		p.forget(name) // a probe of an earlier Run
+	}
 	p.ctx = ctx
+	// Leading starts are ordered in time by the leader lease, so a later leader's
+	// requests and verdicts are newer for the agents.
+	p.instance = uint64(time.Now().UnixNano())
 	p.pending = map[string]bool{}
 	for _, n := range nodes {
-		p.pending[n.Name] = true
+		if p.targets == nil || p.targets[n.Name] {
+			p.pending[n.Name] = true
+		}
 	}
 	p.mu.Unlock()
 	for _, n := range nodes {
@@ -145,6 +222,9 @@ func (p *Prober) Run(ctx context.Context) {
 	<-ctx.Done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ctx != ctx {
+		return // a later Run probes now
+	}
 	for name := range p.agents {
 		p.forget(name)
 	}
@@ -158,7 +238,9 @@ func (p *Prober) forget(node string) {
 	}
 	a.cancel()
 	agentsByState.WithLabelValues(a.state.String()).Dec()
+	p.setCoversLocked(a, nil)
 	delete(p.agents, node)
+	p.decideLocked()
 }
 
 // syncNode starts probing a node, or probing it at its new address. Before Run, it does
@@ -177,6 +259,9 @@ func (p *Prober) syncNode(obj any) {
 	if a := p.agents[n.Name]; a != nil && a.addr == addr {
 		return
 	}
+	if p.targets != nil && !p.targets[n.Name] {
+		return
+	}
 	p.forget(n.Name)
 	if !ok {
 		klog.InfoS("Node has no InternalIP to probe its agent at; it announces nothing", "node", n.Name)
@@ -184,7 +269,7 @@ func (p *Prober) syncNode(obj any) {
 		return
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
-	a := &agentProbe{addr: addr, cancel: cancel}
+	a := &agentProbe{addr: addr, cancel: cancel, kick: make(chan struct{}, 1)}
 	p.agents[n.Name] = a
 	agentsByState.WithLabelValues(Unknown.String()).Inc()
 	go p.probe(ctx, n.Name, a)
@@ -229,28 +314,49 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 	_, _ = crand.Read(seed[:]) // never fails on Linux
 	nonces := rand.NewChaCha8(seed)
 	req := make([]byte, 0, probe.RequestLen)
-	buf := make([]byte, probe.MaxReplyLen+1)
+	buf := make([]byte, probe.MaxDatagram)
+	var verdict []byte
+	sendVerdict := func() {
+		if verdict = p.appendVerdict(verdict[:0]); verdict != nil {
+			if _, err := conn.Write(verdict); err == nil {
+				verdictsSent.Inc()
+			}
+		}
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	next := time.Now()
 	for ctx.Err() == nil {
-		if wait := time.Until(next); wait > 0 {
+		for wait := time.Until(next); wait > 0; wait = time.Until(next) {
+			timer.Reset(wait)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(wait):
+			case <-a.kick:
+				sendVerdict()
+				continue
+			case <-timer.C:
 			}
+			break
 		}
 		nonce := nonces.Uint64()
 		sent := time.Now()
 		probesSent.Inc()
 		o := missed
-		if _, err := conn.Write(p.key.AppendRequest(req[:0], probe.Request{Nonce: nonce})); err != nil {
+		var reply probe.Reply
+		if _, err := conn.Write(p.key.AppendRequest(req[:0], p.request(nonce))); err != nil {
 			o = refusedOr(err, missed)
 		} else {
 			wait := timeout
 			if health.suspect() {
 				wait = rapid
 			}
-			o = p.await(conn, buf, nonce, node, sent.Add(wait))
+			o, reply = p.await(conn, buf, nonce, node, sent.Add(wait))
+		}
+		if o == answeredReady || o == answeredDraining {
+			if p.answered(node, a, reply) {
+				sendVerdict() // it holds an older one: it missed a verdict
+			}
 		}
 		var rtt time.Duration
 		if o == answeredReady || o == answeredDraining {
@@ -276,16 +382,145 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 	}
 }
 
+// request returns the next request to send.
+func (p *Prober) request(nonce uint64) probe.Request {
+	if p.sender != probe.FromCCM {
+		return probe.Request{Nonce: nonce, Sender: p.sender}
+	}
+	p.mu.Lock()
+	seq := p.verdict.Seq
+	p.mu.Unlock()
+	return probe.Request{Nonce: nonce, Sender: p.sender, Instance: p.instance, Counter: p.counter.Add(1), Verdict: seq}
+}
+
+// appendVerdict appends the verdict to send to b, or returns nil when there is none yet.
+func (p *Prober) appendVerdict(b []byte) []byte {
+	p.mu.Lock()
+	v := p.verdict
+	p.mu.Unlock()
+	if v.Seq == 0 {
+		return nil
+	}
+	b, err := p.key.AppendVerdict(b, v)
+	if err != nil {
+		klog.ErrorS(err, "Cannot send the verdict", "down", len(v.Down))
+		return nil
+	}
+	return b
+}
+
+// answered takes what an agent's reply says of the verdict and of the nodes it stands in
+// for, and reports whether the agent should be sent the verdict again.
+func (p *Prober) answered(node string, a *agentProbe, r probe.Reply) bool {
+	if p.sender != probe.FromCCM {
+		return false
+	}
+	p.mu.Lock()
+	var changed []string
+	slices.Sort(r.Covers)
+	if p.agents[node] == a && !slices.Equal(a.covers, r.Covers) {
+		changed = p.setCoversLocked(a, r.Covers)
+	}
+	stale := p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
+	listeners := p.listeners
+	p.mu.Unlock()
+	p.notify(listeners, changed)
+	return stale
+}
+
+// setCoversLocked records what an agent stands in for and returns the nodes whose health
+// changed with it.
+func (p *Prober) setCoversLocked(a *agentProbe, covers []string) []string {
+	before := p.healthOf(append(slices.Clone(a.covers), covers...))
+	if len(a.covers) > 0 || len(covers) > 0 {
+		klog.V(2).InfoS("Agent stands in for other nodes", "node", p.nameOf(a), "covers", covers, "before", a.covers)
+	}
+	for _, n := range a.covers {
+		if p.covered[n]--; p.covered[n] <= 0 {
+			delete(p.covered, n)
+		}
+	}
+	for _, n := range covers {
+		p.covered[n]++
+	}
+	a.covers = covers
+	var changed []string
+	for node, s := range before {
+		if p.healthLocked(node) != s {
+			changed = append(changed, node)
+		}
+	}
+	p.decideLocked()
+	return changed
+}
+
+func (p *Prober) healthOf(nodes []string) map[string]State {
+	out := map[string]State{}
+	for _, n := range nodes {
+		out[n] = p.healthLocked(n)
+	}
+	return out
+}
+
+func (p *Prober) nameOf(a *agentProbe) string {
+	for name, b := range p.agents {
+		if b == a {
+			return name
+		}
+	}
+	return ""
+}
+
+// decideLocked makes the verdict anew: the nodes whose agent is down, or stood in for. A
+// changed verdict is sent to every agent at once. Before the prober has synced there is
+// no verdict: the agents keep the one they hold.
+func (p *Prober) decideLocked() {
+	if p.sender != probe.FromCCM || p.ctx == nil || len(p.pending) > 0 {
+		return
+	}
+	var down []string
+	for name, a := range p.agents {
+		if a.state == Down || p.coveredLocked(name) {
+			down = append(down, name)
+		}
+	}
+	slices.Sort(down)
+	if p.verdict.Seq != 0 && slices.Equal(down, p.verdict.Down) {
+		return
+	}
+	p.verdict = probe.Verdict{VerdictRef: probe.VerdictRef{Instance: p.instance, Seq: p.verdict.Seq + 1}, Down: down}
+	verdictDown.Set(float64(len(down)))
+	klog.V(2).InfoS("Verdict changed", "seq", p.verdict.Seq, "down", few(down))
+	for _, a := range p.agents {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// few returns at most 10 names, for logs.
+func few(names []string) []string { return names[:min(len(names), 10)] }
+
+// notify tells the listeners of the nodes whose health changed.
+func (p *Prober) notify(listeners []func(string), nodes []string) {
+	for _, n := range nodes {
+		for _, f := range listeners {
+			f(n)
+		}
+	}
+}
+
 // await reads until the answer to nonce arrives or deadline passes. Answers to earlier
 // probes, and anything malformed, are skipped.
-func (p *Prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string, deadline time.Time) outcome {
+func (p *Prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string, deadline time.Time) (outcome, probe.Reply) {
 	if err := conn.SetReadDeadline(deadline); err != nil {
-		return missed
+		return missed, probe.Reply{}
 	}
 	for {
 		n, err := conn.Read(buf)
 		if err != nil {
-			return refusedOr(err, missed)
+			return refusedOr(err, missed), probe.Reply{}
 		}
 		reply, err := p.key.ParseReply(buf[:n])
 		if errors.Is(err, probe.ErrAuth) {
@@ -298,12 +533,12 @@ func (p *Prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string,
 		if reply.Node != node {
 			// Another node's agent at this node's address: not this node's agent.
 			klog.V(2).InfoS("Probe answered by another node's agent", "node", node, "answeredBy", reply.Node)
-			return missed
+			return missed, probe.Reply{}
 		}
 		if reply.State == probe.Draining {
-			return answeredDraining
+			return answeredDraining, reply
 		}
-		return answeredReady
+		return answeredReady, reply
 	}
 }
 
@@ -326,13 +561,17 @@ func (p *Prober) transition(node string, a *agentProbe, s State, o outcome, rtt 
 	agentsByState.WithLabelValues(s.String()).Inc()
 	a.state = s
 	delete(p.pending, node)
+	changed := []string{node}
+	if s == Down && len(a.covers) > 0 {
+		// A dead agent stands in for no one any more.
+		changed = append(changed, p.setCoversLocked(a, nil)...)
+	}
+	p.decideLocked()
 	listeners := p.listeners
 	p.mu.Unlock()
 	agentTransitions.WithLabelValues(s.String()).Inc()
 	klog.InfoS("Agent state changed", "node", node, "state", s, "lastProbe", o, "rtt", rtt)
-	for _, f := range listeners {
-		f(node)
-	}
+	p.notify(listeners, changed)
 }
 
 // Agent is what the prober knows of the probing of one node's agent.

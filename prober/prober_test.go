@@ -59,11 +59,19 @@ func TestAgentHealth(t *testing.T) {
 // called.
 func respond(t *testing.T, node, addr string) (stop func()) {
 	t.Helper()
+	_, stop = responder(t, node, addr)
+	return stop
+}
+
+// responder runs a real health responder for node on addr until the test ends or stop is
+// called, and returns it.
+func responder(t *testing.T, node, addr string) (r *probe.Responder, stop func()) {
+	t.Helper()
 	conn, err := net.ListenPacket("udp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := probe.NewResponder(node, testKey)
+	r, err = probe.NewResponder(node, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +79,7 @@ func respond(t *testing.T, node, addr string) (stop func()) {
 	var once sync.Once
 	stop = func() { once.Do(func() { conn.Close() }) }
 	t.Cleanup(stop)
-	return stop
+	return r, stop
 }
 
 func TestProber(t *testing.T) {
@@ -88,7 +96,7 @@ func TestProber(t *testing.T) {
 	client := fake.NewClientset(node("node-a", "127.0.0.2"), node("node-b", "127.0.0.3"), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "no-address"}})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cfg := config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}
-	p := New(cfg, testKey, factory.Core().V1().Nodes())
+	p := New(cfg, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
 	changes := make(chan string, 100)
 	p.OnChange(func(node string) { changes <- node })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -212,7 +220,7 @@ func TestProberTakesOnlyAuthenticatedReplies(t *testing.T) {
 		}
 	}()
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(impostor), 0)
-	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, factory.Core().V1().Nodes())
+	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory.Start(ctx.Done())

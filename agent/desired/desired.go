@@ -1,8 +1,9 @@
 // Package desired decides which addresses a node announces, from the Services the ccm has
 // given addresses and announcers.
 //
-// A node announces an address only when all of these hold: a Service's announcer
-// annotation names the node, the Service is this load balancer's (annotation.Parse), the
+// A node announces an address only when all of these hold: the node is the first of the
+// Service's plan (its announcer annotation, then its standbys) that is not down, the
+// Service is this load balancer's (annotation.Parse), the
 // address is in its status.loadBalancer.ingress, the address lies inside a pool of the
 // cloud-config, and that pool's nodeSelector selects the node. Anything else that names
 // the node is refused with a reason, never announced: an agent that answers ARP for
@@ -28,9 +29,46 @@ type Address struct {
 	Addr netip.Addr
 	// Pool is the pool the address lies in.
 	Pool *config.Pool
-	// Services are the Services ("namespace/name") that hold the address and name the
-	// node as their announcer, sorted.
+	// Services are the Services ("namespace/name") that hold the address and whose plan
+	// gives it to the node, sorted.
 	Services []string
+	// Covers are the nodes ahead of this one in the plan of a Service of the address,
+	// down, whose place this node takes: empty when the annotations name this node as
+	// the announcer.
+	Covers []string
+}
+
+// Down tells whether a node is down: its agent does not answer, or the ccm says so.
+type Down func(node string) bool
+
+// Assignee returns the node that announces a Service's addresses: the first of its plan
+// that is not down, or "" for none.
+func Assignee(r *annotation.Request, down Down) (node string, covers []string) {
+	plan := r.Plan()
+	for i, n := range plan {
+		if !down(n) {
+			return n, plan[:i]
+		}
+	}
+	return "", nil
+}
+
+// Ahead returns the nodes ahead of node in the plans of the Services, sorted: the nodes
+// whose addresses node takes over should they go down.
+func Ahead(node string, services []*v1.Service) []string {
+	var out []string
+	for _, svc := range services {
+		r, _ := annotation.Parse(svc)
+		if !r.Announced() {
+			continue
+		}
+		plan := r.Plan()
+		if i := slices.Index(plan, node); i > 0 {
+			out = append(out, plan[:i]...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Reason says why an address that names this node is not announced.
@@ -85,13 +123,14 @@ func (r Refusal) String() string {
 
 // Compute returns the addresses node announces, sorted, and what names node but is
 // refused, sorted by Service and address. nodeLabels are the node's labels, for the pools'
-// nodeSelectors. The Services may come in any order.
-func Compute(node string, nodeLabels labels.Set, services []*v1.Service, cfg *config.Config) ([]Address, []Refusal) {
+// nodeSelectors; down says which nodes are down. The Services may come in any order.
+func Compute(node string, nodeLabels labels.Set, services []*v1.Service, cfg *config.Config, down Down) ([]Address, []Refusal) {
 	byAddr := map[netip.Addr]*Address{}
 	var refused []Refusal
 	for _, svc := range services {
 		r, _ := annotation.Parse(svc)
-		if r.Announcer != node || node == "" {
+		assignee, covers := Assignee(r, down)
+		if assignee != node || node == "" {
 			continue
 		}
 		switch r.Ownership {
@@ -123,11 +162,14 @@ func Compute(node string, nodeLabels labels.Set, services []*v1.Service, cfg *co
 			if !slices.Contains(a.Services, r.Service) {
 				a.Services = append(a.Services, r.Service)
 			}
+			a.Covers = append(a.Covers, covers...)
 		}
 	}
 	out := make([]Address, 0, len(byAddr))
 	for _, a := range byAddr {
 		slices.Sort(a.Services)
+		slices.Sort(a.Covers)
+		a.Covers = slices.Compact(a.Covers)
 		out = append(out, *a)
 	}
 	slices.SortFunc(out, func(a, b Address) int { return a.Addr.Compare(b.Addr) })

@@ -31,7 +31,12 @@ import (
 // node should announce but has no interface for.
 const ReasonNoInterface = "NoInterface"
 
-const byAnnouncer = "announcer"
+// The indexes of the Service cache: by the node the announcer annotation names, and by
+// every node of the plan (announcer and standbys).
+const (
+	byAnnouncer = "announcer"
+	byPlan      = "plan"
+)
 
 // The queue holds one key: every change leads to the same recomputation, and bursts of
 // changes collapse into one.
@@ -40,6 +45,19 @@ const everything = "desired"
 // Applier takes the addresses the node announces: a speaker.Speaker.
 type Applier interface {
 	Apply([]desired.Address)
+}
+
+// Verdicts is what the watcher needs to know of the nodes taken for down, and tells back:
+// a *standby.Standby.
+type Verdicts interface {
+	// Snapshot returns the nodes taken for down.
+	Snapshot() map[string]bool
+	// OnChange registers a function called when they change.
+	OnChange(func())
+	// SetAhead sets the nodes ahead of this one in the plans.
+	SetAhead([]string)
+	// SetCovers sets the nodes this one stands in for.
+	SetCovers([]string)
 }
 
 var refusedAddresses = metrics.NewGaugeVec(&metrics.GaugeOpts{
@@ -57,6 +75,7 @@ type Watcher struct {
 	node     string
 	cfg      atomic.Pointer[config.Config]
 	speaker  Applier
+	verdicts Verdicts
 	recorder record.EventRecorder
 
 	informer   cache.SharedIndexInformer
@@ -70,6 +89,7 @@ type Watcher struct {
 	// and the new announcer may see its annotation some milliseconds after this node does.
 	draining atomic.Bool
 	applied  []desired.Address // what the speaker was last given; only sync touches it
+	covers   []string          // the nodes stood in for, last sync; only sync touches it
 }
 
 // Drain keeps announcing every address announced so far, and adds those that come, until
@@ -81,13 +101,14 @@ func (w *Watcher) Drain() {
 }
 
 // New returns a Watcher of the Services in factory for node, whose Node object nodes
-// follows (an informer of that one Node is enough): its labels decide which pools'
-// addresses it may announce. Start the factories, then Run.
-func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, recorder record.EventRecorder) (*Watcher, error) {
+// follows: its labels decide which pools' addresses it may announce. Start the
+// factories, then Run.
+func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, verdicts Verdicts, recorder record.EventRecorder) (*Watcher, error) {
 	services := factory.Core().V1().Services()
 	w := &Watcher{
 		node:       node,
 		speaker:    speaker,
+		verdicts:   verdicts,
 		recorder:   recorder,
 		informer:   services.Informer(),
 		lister:     services.Lister(),
@@ -97,15 +118,24 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-agent-services"}),
 	}
 	w.cfg.Store(cfg)
-	if err := w.informer.AddIndexers(cache.Indexers{byAnnouncer: func(obj any) ([]string, error) {
-		if a := announcerOf(obj); a != "" {
-			return []string{a}, nil
-		}
-		return nil, nil
-	}}); err != nil {
+	if err := w.informer.AddIndexers(cache.Indexers{
+		byAnnouncer: func(obj any) ([]string, error) {
+			if r := requestOf(obj); r != nil && r.Announcer != "" {
+				return []string{r.Announcer}, nil
+			}
+			return nil, nil
+		},
+		byPlan: func(obj any) ([]string, error) {
+			if r := requestOf(obj); r != nil {
+				return r.Plan(), nil
+			}
+			return nil, nil
+		},
+	}); err != nil {
 		return nil, err
 	}
-	mine := func(obj any) bool { return announcerOf(obj) == node }
+	mine := func(obj any) bool { r := requestOf(obj); return r != nil && slices.Contains(r.Plan(), node) }
+	verdicts.OnChange(func() { w.queue.Add(everything) })
 	_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if mine(obj) {
@@ -127,27 +157,37 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 		return nil, err
 	}
 	// The pools' nodeSelectors are checked against the node's labels: a change of labels
-	// can add or withdraw addresses.
-	_, err = nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.queue.Add(everything) },
-		UpdateFunc: func(any, any) { w.queue.Add(everything) },
-		DeleteFunc: func(any) { w.queue.Add(everything) },
+	// can add or withdraw addresses. The informer holds every node, for the checks of
+	// peers; only this one's matter here.
+	own := func(obj any) bool {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		n, ok := obj.(*v1.Node)
+		return ok && n.Name == node
+	}
+	_, err = nodes.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: own,
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { w.queue.Add(everything) },
+			UpdateFunc: func(any, any) { w.queue.Add(everything) },
+			DeleteFunc: func(any) { w.queue.Add(everything) },
+		},
 	})
 	return w, err
 }
 
-// announcerOf returns the node a Service's announcer annotation names, as
-// annotation.Parse reads it.
-func announcerOf(obj any) string {
+// requestOf returns a Service's request as annotation.Parse reads it, or nil.
+func requestOf(obj any) *annotation.Request {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	svc, ok := obj.(*v1.Service)
 	if !ok {
-		return ""
+		return nil
 	}
 	r, _ := annotation.Parse(svc)
-	return r.Announcer
+	return r
 }
 
 // SetConfig replaces the cloud-config, for a file that changed: an address of a pool that
@@ -201,7 +241,7 @@ func (w *Watcher) processNext() bool {
 }
 
 func (w *Watcher) sync() error {
-	objs, err := w.informer.GetIndexer().ByIndex(byAnnouncer, w.node)
+	objs, err := w.informer.GetIndexer().ByIndex(byPlan, w.node)
 	if err != nil {
 		return fmt.Errorf("list the Services naming %s: %w", w.node, err)
 	}
@@ -213,12 +253,25 @@ func (w *Watcher) sync() error {
 	if n, err := w.nodes.Get(w.node); err == nil {
 		nodeLabels = n.Labels
 	}
-	addrs, refused := desired.Compute(w.node, nodeLabels, services, w.cfg.Load())
+	down := w.verdicts.Snapshot()
+	addrs, refused := desired.Compute(w.node, nodeLabels, services, w.cfg.Load(), func(n string) bool { return down[n] })
 	if w.draining.Load() {
 		addrs = keep(w.applied, addrs)
 	}
 	w.speaker.Apply(addrs)
 	w.applied = addrs
+	var covers []string
+	for _, a := range addrs {
+		covers = append(covers, a.Covers...)
+	}
+	slices.Sort(covers)
+	covers = slices.Compact(covers)
+	if !slices.Equal(covers, w.covers) {
+		klog.InfoS("Standing in for other nodes", "node", w.node, "covers", covers, "before", w.covers)
+		w.covers = covers
+	}
+	w.verdicts.SetCovers(covers)
+	w.verdicts.SetAhead(desired.Ahead(w.node, services))
 
 	if !slices.Equal(refused, w.refused) {
 		counts := map[desired.Reason]int{}

@@ -65,6 +65,9 @@ type ControlPlane struct {
 	dir       *lockedTempDir
 	etcd      *process.Process
 	apiserver *process.Process
+	// apiserverBin and apiserverArgs start kube-apiserver again after KillAPIServer.
+	apiserverBin  string
+	apiserverArgs []string
 
 	host     string
 	clientCA *certificateAuthority
@@ -161,7 +164,8 @@ func start(ctx context.Context, bins binaries, o options) (_ *ControlPlane, err 
 	for name, value := range o.apiserverFlags {
 		flags[name] = value
 	}
-	if c.apiserver, err = process.Start("kube-apiserver", bins.apiserver, commandLine(flags)...); err != nil {
+	c.apiserverBin, c.apiserverArgs = bins.apiserver, commandLine(flags)
+	if c.apiserver, err = process.Start("kube-apiserver", c.apiserverBin, c.apiserverArgs...); err != nil {
 		return nil, err
 	}
 
@@ -437,6 +441,18 @@ func (c *ControlPlane) Logs() string {
 func (c *ControlPlane) KillAPIServer() error {
 	c.killed.Store(true)
 	return c.apiserver.Kill()
+}
+
+// RestartAPIServer starts kube-apiserver again after KillAPIServer, on the same port and
+// etcd, and waits until it serves.
+func (c *ControlPlane) RestartAPIServer(ctx context.Context) error {
+	p, err := process.Start("kube-apiserver", c.apiserverBin, c.apiserverArgs...)
+	if err != nil {
+		return err
+	}
+	c.apiserver = p
+	c.killed.Store(false)
+	return c.waitForAPIServer(ctx)
 }
 
 // Stop stops kube-apiserver, then etcd, and removes the control plane's directory.

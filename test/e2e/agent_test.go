@@ -140,11 +140,11 @@ func probeFrom(t *testing.T, key *probe.Key, client, node *netns.Host, nonce uin
 		}
 		defer conn.Close()
 		to := &net.UDPAddr{IP: node.IPv4.AsSlice(), Port: 7474}
-		if _, err := conn.WriteTo(key.AppendRequest(nil, probe.Request{Nonce: nonce}), to); err != nil {
+		if _, err := conn.WriteTo(key.AppendRequest(nil, probe.Request{Nonce: nonce, Sender: probe.FromAgent}), to); err != nil {
 			return err
 		}
 		conn.SetReadDeadline(time.Now().Add(time.Second))
-		b := make([]byte, probe.MaxReplyLen)
+		b := make([]byte, probe.MaxDatagram)
 		n, _, err := conn.ReadFrom(b)
 		if err != nil {
 			return err
@@ -175,7 +175,7 @@ func TestHealthAndDrain(t *testing.T) {
 		t.Errorf("unauthenticated probes counted: %q, want 1", got)
 	}
 	reply, err := probeFrom(t, c.Key, c.Net.Client, node1, 7)
-	if err != nil || reply != (probe.Reply{Nonce: 7, State: probe.Ready, Node: node1.Label}) {
+	if err != nil || reply.Nonce != 7 || reply.State != probe.Ready || reply.Node != node1.Label || len(reply.Covers) > 0 {
 		t.Fatalf("probe = %+v, %v; want node1 ready with nonce 7", reply, err)
 	}
 

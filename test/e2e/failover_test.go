@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,10 +22,11 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
 )
 
-// startCCM runs the real ccm in the bridge's namespace until the test ends.
-func (c *cluster) startCCM(t testing.TB) *process.Process {
+// startCCM runs the real ccm in the bridge's namespace until the test ends, with extra
+// arguments after the testbed's.
+func (c *cluster) startCCM(t testing.TB, extra ...string) *process.Process {
 	t.Helper()
-	p, err := c.StartCCM(context.Background())
+	p, err := c.StartCCM(context.Background(), extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +34,9 @@ func (c *cluster) startCCM(t testing.TB) *process.Process {
 }
 
 // createLBService creates a dual-stack LoadBalancer Service for the ccm to give addresses
-// to, and returns it with them.
-func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, []netip.Addr) {
+// to, and returns it with them. Annotations, as key and value in turn, are added to the
+// Service's.
+func (c *cluster) createLBService(t testing.TB, name string, annotations ...string) (*corev1.Service, []netip.Addr) {
 	t.Helper()
 	ctx := context.Background()
 	ns, err := c.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
@@ -54,6 +53,9 @@ func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, [
 			Ports:                         []corev1.ServicePort{{Port: servicePort}},
 		},
 	}
+	for i := 0; i+1 < len(annotations); i += 2 {
+		svc.Annotations[annotations[i]] = annotations[i+1]
+	}
 	if _, err := c.Admin.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +68,7 @@ func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, [
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
 			addrs = append(addrs, netip.MustParseAddr(ing.IP))
 		}
-		return len(addrs) == 2 && svc.Annotations[annotation.Announcer] != "", nil
+		return len(addrs) == 2 && svc.Annotations[annotation.Announcer] != "" && svc.Annotations[annotation.Standbys] != "", nil
 	})
 	if err != nil {
 		t.Fatalf("Service %s/%s has no addresses and announcer: %v", ns.Name, name, svc.Status.LoadBalancer.Ingress)
@@ -84,11 +86,18 @@ func (c *cluster) createLBService(t testing.TB, name string) (*corev1.Service, [
 // announcer returns the Service's announcer annotation now.
 func (c *cluster) announcer(t testing.TB, svc *corev1.Service) string {
 	t.Helper()
+	return c.plan(t, svc)[0]
+}
+
+// plan returns the Service's announcer and standbys now; the announcer is "" for none.
+func (c *cluster) plan(t testing.TB, svc *corev1.Service) []string {
+	t.Helper()
 	got, err := c.Admin.CoreV1().Services(svc.Namespace).Get(context.Background(), svc.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got.Annotations[annotation.Announcer]
+	r, _ := annotation.Parse(got)
+	return append([]string{r.Announcer}, r.Standbys...)
 }
 
 // startClient starts an open-loop client of addr in the client namespace: a request
@@ -154,6 +163,7 @@ type trial struct {
 	outage    time.Duration
 	stray     int
 	detected  time.Time // the ccm logged the agent down
+	verdict   time.Time // the ccm logged the verdict that names it
 	patched   time.Time // the ccm logged the announcer change
 	announced time.Time // the new announcer's agent logged the announcement
 	firstGood time.Time // the first request of the recovery streak
@@ -194,6 +204,7 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 		t.Fatal(err)
 	}
 	tr.detected = logTime(ccm.Logs(), tr.injected, `"Agent state changed"`, `node="`+from+`"`, `state="down"`)
+	tr.verdict = logTime(ccm.Logs(), tr.injected, `"Verdict changed"`, from)
 	tr.patched = logTime(ccm.Logs(), tr.injected, `"Announcer changed"`, `from="`+from+`"`)
 	tr.announced = logTime(c.Agent(tr.to).Logs(), tr.injected, `"Announcing address"`, `address="`+addr.String()+`"`)
 	return tr
@@ -486,87 +497,6 @@ func TestAPIServerDown(t *testing.T) {
 			t.Errorf("%s owns %q %s addresses with the API server down, want 1", owner, got, f)
 		}
 	}
-}
-
-// BenchmarkFailover kills the announcing node (its link goes down) 20 times per family
-// with the default failover settings, and prints the outage the open-loop client saw, the
-// split of the median trial, and the probe rate each agent sees in steady state. Run it
-// with -benchtime=1x (make bench-failover).
-func BenchmarkFailover(b *testing.B) {
-	const trials = 20
-	c := newCluster(b, 3)
-	ccm := c.startCCM(b)
-	svc, addrs := c.createLBService(b, "bench")
-	c.waitSettled(b)
-	for b.Loop() {
-		rate := c.probeRate(b, 5*time.Second)
-		var all []trial
-		for _, addr := range addrs {
-			var results []trial
-			for range trials {
-				results = append(results, c.killOwner(b, ccm, svc, addr))
-				c.waitSettled(b) // the returned node is probed up again
-			}
-			report(b, family(addr), results, rate)
-			all = append(all, results...)
-		}
-		outages := durations(all)
-		b.ReportMetric(ms(percentile(outages, 50)), "p50-ms")
-		b.ReportMetric(ms(percentile(outages, 99)), "p99-ms")
-		b.ReportMetric(rate, "probes/s/agent")
-	}
-}
-
-// probeRate returns the probes per second an agent answers in steady state, the busiest
-// agent's, measured over d from the agents' own counters.
-func (c *cluster) probeRate(b *testing.B, d time.Duration) float64 {
-	count := func() map[string]float64 {
-		out := map[string]float64{}
-		for _, h := range c.Net.Nodes {
-			v, _ := strconv.ParseFloat(c.metric(b, h, `baremetal_agent_probes_total{outcome="answered"}`), 64)
-			out[h.Label] = v
-		}
-		return out
-	}
-	before := count()
-	time.Sleep(d) // the window the rate is measured over
-	after := count()
-	busiest := 0.0
-	for n := range after {
-		busiest = max(busiest, (after[n]-before[n])/d.Seconds())
-	}
-	return busiest
-}
-
-func report(b *testing.B, fam string, results []trial, rate float64) {
-	outages := durations(results)
-	stray := 0
-	for _, r := range results {
-		stray += r.stray
-	}
-	median := slices.MinFunc(results, func(x, y trial) int {
-		p := percentile(outages, 50)
-		return cmp.Compare((x.outage - p).Abs(), (y.outage - p).Abs())
-	})
-	fmt.Printf("\nnode death, %s, %d trials (link of the announcing node set down; open-loop client, 1 request per 10 ms, 100 ms timeout)\n", fam, len(results))
-	fmt.Printf("  outage   min %6.1f ms   p50 %6.1f ms   p99 %6.1f ms   max %6.1f ms   stray losses after recovery: %d\n",
-		ms(outages[0]), ms(percentile(outages, 50)), ms(percentile(outages, 99)), ms(outages[len(outages)-1]), stray)
-	// The new announcer's agent sees the patch on its watch about when the ccm sees the API
-	// server's answer to it, so patch and announcement are one step here.
-	fmt.Printf("  median trial (%s → %s, outage %.1f ms): detection %.1f ms → patch and announcement %.1f ms (patch acknowledged to the ccm at +%.1f ms) → first good request %.1f ms later\n",
-		median.from, median.to, ms(median.outage),
-		ms(since(median.detected, median.injected)), ms(since(median.announced, median.detected)),
-		ms(since(median.patched, median.detected)), ms(since(median.firstGood, median.announced)))
-	fmt.Printf("  steady-state probes answered per agent: %.1f per second\n", rate)
-}
-
-func durations(results []trial) []time.Duration {
-	var out []time.Duration
-	for _, r := range results {
-		out = append(out, r.outage)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // percentile returns the p-th percentile of sorted, by the nearest-rank method.

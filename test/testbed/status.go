@@ -3,11 +3,15 @@ package testbed
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 )
 
 // statusAddress is where StartCCM has the ccm serve its status page, in the bridge's
@@ -91,12 +95,26 @@ func (s *Status) Settled(nodes []string) (bool, string) {
 	return true, ""
 }
 
-// Status fetches and decodes the status page of the ccm that StartCCM started. A ccm
-// that does not run, or does not lead, is an error.
+// Status fetches and decodes the status page of the leading ccm of those StartCCM and
+// StartCCMOn started. No ccm that runs and leads is an error.
 func (c *Cluster) Status(ctx context.Context) (*Status, error) {
+	c.mu.Lock()
+	hosts := slices.Clone(c.statusHosts)
+	c.mu.Unlock()
+	err := errors.New("no ccm started")
+	for _, h := range hosts {
+		var st *Status
+		if st, err = c.statusOf(ctx, h); err == nil {
+			return st, nil
+		}
+	}
+	return nil, err
+}
+
+func (c *Cluster) statusOf(ctx context.Context, h *netns.Host) (*Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	client := http.Client{Transport: &http.Transport{DialContext: c.Net.Bridge.Dial, DisableKeepAlives: true}}
+	client := http.Client{Transport: &http.Transport{DialContext: h.Dial, DisableKeepAlives: true}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+statusAddress+"/status.json", nil)
 	if err != nil {
 		return nil, err
@@ -111,7 +129,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /status.json: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("GET /status.json on %s: %s: %s", h.Label, resp.Status, strings.TrimSpace(string(body)))
 	}
 	var st Status
 	if err := json.Unmarshal(body, &st); err != nil {

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,7 +67,9 @@ type Cluster struct {
 	mu        sync.Mutex
 	agents    map[string]*process.Process
 	processes []*process.Process
-	closers   []func() error
+	// statusHosts are the namespaces a ccm was started in, for Status.
+	statusHosts []*netns.Host
+	closers     []func() error
 }
 
 // New builds a testbed of n nodes on cp with cloudConfig, and returns once every agent is
@@ -198,6 +201,13 @@ func (c *Cluster) Agent(node string) *process.Process {
 // probes the agents at the nodes' addresses, as a ccm on a control-plane node would.
 // Its status page is what Status reads. Close stops it.
 func (c *Cluster) StartCCM(ctx context.Context, extraArgs ...string) (*process.Process, error) {
+	return c.StartCCMOn(ctx, c.Net.Bridge, extraArgs...)
+}
+
+// StartCCMOn runs the real ccm in h's namespace, as a replica scheduled on that node:
+// it dies with the node. Status reads the status page of whichever ccm started so far
+// leads. Later arguments win over the testbed's leader-election settings.
+func (c *Cluster) StartCCMOn(ctx context.Context, h *netns.Host, extraArgs ...string) (*process.Process, error) {
 	sa, err := c.ControlPlane.ServiceAccountConfig(ctx, "baremetal-system", "baremetal-ccm")
 	if err != nil {
 		return nil, err
@@ -224,13 +234,20 @@ func (c *Cluster) StartCCM(ctx context.Context, extraArgs ...string) (*process.P
 		"--status-address=" + statusAddress, // what Status reads
 		"--v=2",
 	}, extraArgs...)
-	p, err := process.StartCmd("baremetal-ccm", c.Net.Bridge.Command(context.Background(), bin, args...))
+	name := "baremetal-ccm"
+	if h != c.Net.Bridge {
+		name = h.Label + " ccm"
+	}
+	p, err := process.StartCmd(name, h.Command(context.Background(), bin, args...))
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.processes = append(c.processes, p)
+	if !slices.Contains(c.statusHosts, h) {
+		c.statusHosts = append(c.statusHosts, h)
+	}
 	return p, nil
 }
 

@@ -1,0 +1,141 @@
+package probe
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// roundTrip is one datagram of each type, encoded, with a parse that returns what it
+// decoded.
+type roundTrip struct {
+	name  string
+	b     []byte
+	want  any
+	parse func([]byte) (any, error)
+}
+
+// roundTrips encodes a request, a reply with covers and a verdict of many nodes.
+func roundTrips(t *testing.T) []roundTrip {
+	t.Helper()
+	req := Request{Nonce: 1 << 60, Sender: FromCCM, Instance: 1_700_000_000_000_000_000, Counter: 42, Verdict: 7}
+	covers := make([]string, MaxCovers)
+	for i := range covers {
+		covers[i] = fmt.Sprintf("covered-%02d", i)
+	}
+	covers[0] = strings.Repeat("c", maxNodeName)
+	reply := Reply{Nonce: 3, State: Ready, Node: strings.Repeat("n", maxNodeName), Verdict: VerdictRef{Instance: 8, Seq: 9}, Covers: covers}
+	down := make([]string, 3000)
+	for i := range down {
+		down[i] = fmt.Sprintf("rack-%02d-node-%04d", i/100, i)
+	}
+	verdict := Verdict{VerdictRef: VerdictRef{Instance: 5, Seq: 1 << 40}, Down: down}
+
+	replyBytes, err := testKey.AppendReply(nil, reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verdictBytes, err := testKey.AppendVerdict(nil, verdict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []roundTrip{
+		{"request", testKey.AppendRequest(nil, req), req, func(b []byte) (any, error) { return testKey.ParseRequest(b) }},
+		{"reply", replyBytes, reply, func(b []byte) (any, error) { return testKey.ParseReply(b) }},
+		{"verdict", verdictBytes, verdict, func(b []byte) (any, error) { return testKey.ParseVerdict(b) }},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, rt := range roundTrips(t) {
+		got, err := rt.parse(rt.b)
+		if err != nil || !reflect.DeepEqual(got, rt.want) {
+			t.Errorf("%s: parsed %+v, %v; want %+v", rt.name, got, err, rt.want)
+		}
+		if IsVerdict(rt.b) != (rt.name == "verdict") {
+			t.Errorf("%s: IsVerdict = %v", rt.name, IsVerdict(rt.b))
+		}
+	}
+	// Appending to a buffer that holds something keeps it, and encodes the same.
+	prefix := []byte("kept")
+	b := testKey.AppendRequest(bytes.Clone(prefix), Request{Nonce: 1, Sender: FromAgent})
+	if r, err := testKey.ParseRequest(b[len(prefix):]); !bytes.HasPrefix(b, prefix) || err != nil || r.Sender != FromAgent {
+		t.Errorf("AppendRequest after a prefix: % x parses as %+v, %v", b, r, err)
+	}
+}
+
+// TestTamperedDatagramsAreNotAuthentic flips each byte after the header of each type: the
+// code must catch every change.
+func TestTamperedDatagramsAreNotAuthentic(t *testing.T) {
+	for _, rt := range roundTrips(t) {
+		for _, i := range []int{4, 12, 13, len(rt.b) / 2, len(rt.b) - macLen - 1, len(rt.b) - 1} {
+			altered := bytes.Clone(rt.b)
+			altered[i] ^= 0x40
+			if got, err := rt.parse(altered); !errors.Is(err, ErrAuth) {
+				t.Errorf("%s with byte %d of %d altered: %+v, %v; want ErrAuth", rt.name, i, len(rt.b), got, err)
+			}
+		}
+	}
+}
+
+// TestTruncatedOrExtendedDatagrams checks that a body cut short or followed by more bytes,
+// though authenticated, is an ErrFormat: fields of a later version must not be taken for
+// this one's, nor missing fields for zeros.
+func TestTruncatedOrExtendedDatagrams(t *testing.T) {
+	for _, rt := range roundTrips(t) {
+		body := rt.b[:len(rt.b)-macLen]
+		for _, cut := range []int{1, 8, len(body) - headerLen} {
+			b := testKey.seal(bytes.Clone(body[:len(body)-cut]))
+			if got, err := rt.parse(b); !errors.Is(err, ErrFormat) {
+				t.Errorf("%s cut by %d bytes: %+v, %v; want ErrFormat", rt.name, cut, got, err)
+			}
+		}
+		b := testKey.seal(append(bytes.Clone(body), 0))
+		if got, err := rt.parse(b); !errors.Is(err, ErrFormat) || !strings.Contains(fmt.Sprint(err), "1 bytes after the end") {
+			t.Errorf("%s with a byte more: %+v, %v; want ErrFormat", rt.name, got, err)
+		}
+		// Unsealed, a datagram cut short is no datagram at all.
+		if got, err := rt.parse(rt.b[:headerLen+macLen-1]); !errors.Is(err, ErrFormat) {
+			t.Errorf("%s of %d bytes: %+v, %v; want ErrFormat", rt.name, headerLen+macLen-1, got, err)
+		}
+	}
+}
+
+// TestAppendVerdictRefuses checks the verdicts that cannot be sent: a bad name, or more
+// nodes than one datagram holds.
+func TestAppendVerdictRefuses(t *testing.T) {
+	huge := make([]string, MaxDatagram/10)
+	for i := range huge {
+		huge[i] = fmt.Sprintf("node-%05d", i)
+	}
+	for name, v := range map[string]Verdict{
+		"empty name":    {Down: []string{"a", ""}},
+		"long name":     {Down: []string{strings.Repeat("a", maxNodeName+1)}},
+		"too many down": {Down: huge},
+	} {
+		if b, err := testKey.AppendVerdict([]byte("x"), v); err == nil || string(b) != "x" {
+			t.Errorf("%s: AppendVerdict = % x, %v; want an error and the buffer as it was", name, b, err)
+		}
+	}
+}
+
+func TestVerdictRefNewer(t *testing.T) {
+	for _, tc := range []struct {
+		r, o VerdictRef
+		want bool
+	}{
+		{VerdictRef{1, 2}, VerdictRef{1, 1}, true},
+		{VerdictRef{2, 1}, VerdictRef{1, 9}, true},
+		{VerdictRef{1, 1}, VerdictRef{}, true},
+		{VerdictRef{1, 1}, VerdictRef{1, 1}, false},
+		{VerdictRef{1, 1}, VerdictRef{1, 2}, false},
+		{VerdictRef{1, 9}, VerdictRef{2, 1}, false},
+	} {
+		if got := tc.r.Newer(tc.o); got != tc.want {
+			t.Errorf("%+v.Newer(%+v) = %v, want %v", tc.r, tc.o, got, tc.want)
+		}
+	}
+}

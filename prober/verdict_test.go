@@ -1,0 +1,205 @@
+package prober
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// agentPort returns a UDP port free on 127.0.0.2, for every test agent to listen on.
+func agentPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.ListenPacket("udp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.LocalAddr().(*net.UDPAddr).Port
+}
+
+// testNode is a Node whose agent is probed at ip.
+func testNode(name, ip string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}}}
+}
+
+// startProber runs a prober of sender over nodes until the test ends, probing only
+// targets unless they are nil, and returns it synced with the channel its OnChange feeds.
+func startProber(t *testing.T, port int, sender probe.Sender, targets map[string]bool, nodes ...runtime.Object) (*Prober, chan string) {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
+	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, factory.Core().V1().Nodes(), sender)
+	if targets != nil {
+		p.SetTargets(targets)
+	}
+	changes := make(chan string, 1000)
+	p.OnChange(func(node string) { changes <- node })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	go p.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
+		t.Fatal("prober never synced")
+	}
+	return p, changes
+}
+
+// eventually polls cond until it holds, failing the test after within.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+	}
+}
+
+// holds reports whether r took verdict v, and v is the prober's latest.
+func holds(p *Prober, r *probe.Responder, down ...string) bool {
+	v := p.Verdict()
+	return v.Seq > 0 && slices.Equal(v.Down, down) && r.Verdict().VerdictRef == v.VerdictRef && slices.Equal(r.Verdict().Down, down)
+}
+
+// TestVerdictNamesAStoppedAgent checks that the agents learn from the ccm, not from the
+// API, that an agent stopped answering: its standbys act on that verdict.
+func TestVerdictNamesAStoppedAgent(t *testing.T) {
+	port := agentPort(t)
+	rA, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	rB, _ := responder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
+	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
+
+	eventually(t, 2*time.Second, "both agents hold a first verdict naming no one", func() bool { return holds(p, rA) && holds(p, rB) })
+	if rA.LastCCM().IsZero() || rB.LastCCM().IsZero() {
+		t.Error("the ccm's requests are no sign of its life to the agents")
+	}
+	first := rB.Verdict().Seq
+
+	drain(changes)
+	stopA()
+	waitState(t, p, changes, "node-a", Down, 2*time.Second)
+	eventually(t, time.Second, "node-b holds a verdict naming node-a", func() bool { return holds(p, rB, "node-a") })
+	if got := rB.Verdict().Seq; got <= first {
+		t.Errorf("verdict naming node-a has seq %d, want more than %d", got, first)
+	}
+
+	// It comes back: out of the verdict once up again.
+	respond(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	waitState(t, p, changes, "node-a", Up, 2*time.Second)
+	eventually(t, time.Second, "node-b holds a verdict naming no one", func() bool { return holds(p, rB) })
+}
+
+// TestVerdictIsSentAtOnce checks that a changed verdict goes to every agent when it
+// changes, not only in answer to a reply that shows an older one: the agent here never
+// replies, so only the prober's own sending can bring it the verdicts.
+func TestVerdictIsSentAtOnce(t *testing.T) {
+	port := agentPort(t)
+	_, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	mute, err := net.ListenPacket("udp", "127.0.0.3:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mute.Close() })
+	verdicts := make(chan probe.Verdict, 100)
+	go func() {
+		b := make([]byte, probe.MaxDatagram)
+		for {
+			n, _, err := mute.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			if v, err := testKey.ParseVerdict(b[:n]); err == nil {
+				verdicts <- v
+			}
+		}
+	}()
+	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
+	drain(changes)
+	stopA()
+	waitState(t, p, changes, "node-a", Down, 2*time.Second)
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case v := <-verdicts:
+			if slices.Equal(v.Down, []string{"node-a", "node-b"}) && v.VerdictRef == p.Verdict().VerdictRef {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the mute agent never got the verdict %+v", p.Verdict())
+		}
+	}
+}
+
+// TestCoveredAgentIsReplaced checks an agent another stands in for: it answers, but it is
+// Replaced, and in the verdict, until no agent says it covers it any more.
+func TestCoveredAgentIsReplaced(t *testing.T) {
+	port := agentPort(t)
+	rA, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	rB, _ := responder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
+	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
+	eventually(t, 2*time.Second, "a first verdict naming no one", func() bool { return holds(p, rB) })
+
+	drain(changes)
+	rB.SetCovers([]string{"node-a"})
+	waitState(t, p, changes, "node-a", Replaced, 2*time.Second)
+	eventually(t, time.Second, "node-a holds a verdict naming itself", func() bool { return holds(p, rA, "node-a") })
+	if got := p.Health("node-b"); got != Up {
+		t.Errorf("node-b, which stands in, is %v, want up", got)
+	}
+
+	rB.SetCovers(nil)
+	waitState(t, p, changes, "node-a", Up, 2*time.Second)
+	eventually(t, time.Second, "node-b holds a verdict naming no one", func() bool { return holds(p, rB) })
+
+	// Replaced is for an agent that answers: covered and not answering, it is down.
+	rB.SetCovers([]string{"node-a"})
+	waitState(t, p, changes, "node-a", Replaced, 2*time.Second)
+	stopA()
+	waitState(t, p, changes, "node-a", Down, 2*time.Second)
+	if v := p.Verdict(); !slices.Equal(v.Down, []string{"node-a"}) {
+		t.Errorf("verdict %+v, want node-a down", v)
+	}
+}
+
+// TestAgentProberIsNoCCM checks the prober an agent runs while no ccm is heard: it probes
+// only its targets, and its requests are no sign of a ccm's life to the peers, nor does
+// it send verdicts.
+func TestAgentProberIsNoCCM(t *testing.T) {
+	port := agentPort(t)
+	rA, _ := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	p, changes := startProber(t, port, probe.FromAgent, map[string]bool{"node-a": true},
+		testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
+	if got := p.Health("node-a"); got != Up {
+		t.Fatalf("node-a is %v, want up", got)
+	}
+	if _, ok := p.Agents()["node-b"]; ok {
+		t.Error("node-b, not a target, is probed")
+	}
+	eventually(t, time.Second, "a few probes answered", func() bool { return rA.Stats().Replies >= 3 })
+	if got := rA.LastCCM(); !got.IsZero() {
+		t.Errorf("an agent's probes made the peer hear a ccm at %v", got)
+	}
+	if v, held := p.Verdict(), rA.Verdict(); v.Seq != 0 || held.Seq != 0 {
+		t.Errorf("an agent's prober made verdict %+v; the peer holds %+v", v, held)
+	}
+
+	// All nodes, then none.
+	p.SetTargets(nil)
+	waitState(t, p, changes, "node-b", Down, 2*time.Second)
+	p.SetTargets(map[string]bool{})
+	if got := p.Agents(); len(got) != 0 {
+		t.Errorf("with no targets, probing %v", got)
+	}
+}

@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
+)
+
+// settledOn is Status.Settled over the cluster's nodes, for WaitStatus.
+func settledOn(c *cluster) func(*testbed.Status) (bool, string) {
+	nodes := c.NodeNames()
+	return func(st *testbed.Status) (bool, string) { return st.Settled(nodes) }
+}
+
+// setPreferred makes node the Service's preferred node, so that it announces it.
+func (c *cluster) setPreferred(b testing.TB, svc *corev1.Service, node string) {
+	b.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotation.PreferredNodes, node)
+	if _, err := c.Admin.CoreV1().Services(svc.Namespace).Patch(context.Background(), svc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchLeaderDeath runs two ccm replicas in node namespaces with the manifests' leader
+// election and kills, each trial, the node of the leader, which announces the Service:
+// the agents take over while no ccm is heard.
+func benchLeaderDeath(b *testing.B) row {
+	c := newCluster(b, 3)
+	ccms := map[string]*process.Process{}
+	for _, h := range c.Net.Nodes[:2] {
+		p, err := c.StartCCMOn(context.Background(), h, manifestsLease...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ccms[h.Label] = p
+	}
+	svc, addrs := c.createLBService(b, "bench-leader")
+	var outages []time.Duration
+	for range benchTrials {
+		leader := ""
+		for node, p := range ccms {
+			if !logTime(p.Logs(), time.Time{}, `"Successfully acquired lease"`).IsZero() {
+				leader = node
+			}
+		}
+		if leader == "" {
+			leader = c.Net.Nodes[0].Label
+			waitLeads(b, ccms[leader], time.Time{}, 60*time.Second)
+		}
+		c.setPreferred(b, svc, leader)
+		c.waitAnnouncer(b, svc, leader, 30*time.Second)
+		if _, err := c.WaitStatus(context.Background(), 60*time.Second, settledOn(c)); err != nil {
+			b.Fatal(err)
+		}
+		c.waitSteady(b, addrs[0], leader)
+		l := c.startClient(addrs[0])
+		time.Sleep(200 * time.Millisecond) // paces the open-loop client
+		injected := time.Now()
+		h := c.Node(leader)
+		if err := h.SetLink(false); err != nil {
+			b.Fatal(err)
+		}
+		if err := ccms[leader].Kill(); err != nil {
+			b.Fatal(err)
+		}
+		outages = append(outages, measure(b, []*traffic.Client{l}, injected)...)
+		if err := h.SetLink(true); err != nil {
+			b.Fatal(err)
+		}
+		// As a kubelet would, the node's replica starts again, as a standby now.
+		p, err := c.StartCCMOn(context.Background(), h, manifestsLease...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ccms[leader] = p
+		for node, other := range ccms {
+			if node != leader {
+				waitLeads(b, other, injected, 60*time.Second)
+			}
+		}
+	}
+	slices.Sort(outages)
+	return row{name: "node death taking the ccm leader along", outages: outages,
+		detail: "two ccm replicas in node namespaces, lease 15 s; the first standby checks the dead announcer itself once no ccm is heard for 150 ms"}
+}
+
+// bulkServices is how many Services the scale case gives one node.
+const bulkServices = 5000
+
+// bulkConfig has a pool large enough for bulkServices, announced on eth0 though it is
+// not the nodes' subnet: the client routes it there.
+const bulkConfig = `
+pools:
+- name: bulk
+  addresses: [198.19.0.0/19]
+  interfaces: [eth0]
+`
+
+// benchManyServices gives one node bulkServices Services and kills it: the time until a
+// sample of addresses answers again, from the client, and until the standbys' agents
+// answer for all of them, from their metrics.
+func benchManyServices(b *testing.B) []row {
+	netns.RequireRoot(b)
+	cp := controlplane.Shared(b)
+	tb, err := testbed.New(context.Background(), cp, 3, bulkConfig, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tb.Close() })
+	c := &cluster{tb}
+	x := c.Net.Nodes[0]
+	if _, err := c.Net.Client.Run(context.Background(), "ip", "route", "add", "198.19.0.0/19", "dev", c.Net.Client.Interface); err != nil {
+		b.Fatal(err)
+	}
+	c.startCCM(b)
+	created := time.Now()
+	sample := c.createBulk(b, x.Label)
+	if _, err := c.WaitStatus(context.Background(), 10*time.Minute, settledOn(c)); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d Services created and settled in %v", bulkServices, time.Since(created).Round(time.Second))
+	var samples, all []time.Duration
+	for range benchTrials {
+		var clients []*traffic.Client
+		for _, a := range sample {
+			c.waitSteady(b, a, x.Label)
+			clients = append(clients, c.startClient(a))
+		}
+		time.Sleep(200 * time.Millisecond) // paces the open-loop clients
+		injected := time.Now()
+		if err := x.SetLink(false); err != nil {
+			b.Fatal(err)
+		}
+		all = append(all, c.waitOwned(b, c.Net.Nodes[1:], bulkServices, injected))
+		samples = append(samples, measure(b, clients, injected)...)
+		if err := x.SetLink(true); err != nil {
+			b.Fatal(err)
+		}
+		// The preferred node comes back and takes its Services back; the next trial
+		// starts when that is written and answered.
+		if _, err := c.WaitStatus(context.Background(), 2*time.Minute, settledOn(c)); err != nil {
+			b.Fatal(err)
+		}
+		c.waitOwned(b, c.Net.Nodes[:1], bulkServices, time.Now())
+	}
+	slices.Sort(samples)
+	slices.Sort(all)
+	return []row{
+		{name: fmt.Sprintf("node announcing %d Services dies, client sample", bulkServices), outages: samples,
+			detail: fmt.Sprintf("%d sampled addresses per trial", len(sample))},
+		{name: fmt.Sprintf("node announcing %d Services dies, all addresses", bulkServices), outages: all,
+			detail: "until the standbys' agents answer ARP for every address (their baremetal_agent_owned_addresses)"},
+	}
+}
+
+// createBulk creates bulkServices IPv4 Services that prefer node, and returns the
+// addresses of a sample of them, accepted by every node as kube-proxy would.
+func (c *cluster) createBulk(b *testing.B, node string) []netip.Addr {
+	cfg := rest.CopyConfig(c.ControlPlane.AdminConfig())
+	cfg.QPS, cfg.Burst = 2000, 2000
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bulk-"}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			for i := next.Add(1); i <= bulkServices; i = next.Add(1) {
+				svc := &corev1.Service{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bulk-%d", i), Namespace: ns.Name, Annotations: map[string]string{annotation.PreferredNodes: node}},
+					Spec: corev1.ServiceSpec{
+						Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
+						Ports: []corev1.ServicePort{{Port: servicePort}},
+					},
+				}
+				if _, err := client.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	var sample []netip.Addr
+	for i := 1; i <= bulkServices; i += bulkServices / 5 {
+		for {
+			svc, err := client.CoreV1().Services(ns.Name).Get(ctx, fmt.Sprintf("bulk-%d", i), metav1.GetOptions{})
+			if err == nil && len(svc.Status.LoadBalancer.Ingress) > 0 {
+				sample = append(sample, netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP))
+				break
+			}
+			time.Sleep(time.Second) // allocation of thousands takes a while
+		}
+	}
+	for _, h := range c.Net.Nodes {
+		for _, a := range sample {
+			if err := h.AddLocal(a); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return sample
+}
+
+// waitOwned waits until the agents of nodes answer for n IPv4 addresses between them and
+// returns the time since since.
+func (c *cluster) waitOwned(b *testing.B, nodes []*netns.Host, n int, since time.Time) time.Duration {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		total := 0.0
+		for _, h := range nodes {
+			total += c.metricValue(b, h, `baremetal_agent_owned_addresses{family="IPv4"}`)
+		}
+		if int(total) >= n {
+			return time.Since(since)
+		}
+		time.Sleep(5 * time.Millisecond) // polls the agents' metrics
+	}
+	b.Fatalf("the agents do not answer for %d addresses 2 minutes after %s", n, since.Format("15:04:05.000"))
+	return 0
+}
