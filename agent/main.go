@@ -148,9 +148,13 @@ func run(ctx context.Context, o options) error {
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(peerNode(o.nodeName)))
 	nodes := nodeFactory.Core().V1().Nodes()
 	peers := prober.New(cfg.Failover, key, nodes, probe.FromAgent)
-	standbys := standby.New(cfg.Failover, responder, peers)
+	standbys := standby.New(o.nodeName, cfg.Failover, responder, peers)
 	var watcher *servicewatch.Watcher
-	sp := speaker.New(speaker.Options{Unplaced: func(a desired.Address) { watcher.Unplaced(a) }})
+	sp := speaker.New(speaker.Options{
+		Unplaced: func(a desired.Address) { watcher.Unplaced(a) },
+		// Perhaps cut off: once back, first learn what others took over meanwhile.
+		LinkLost: func(string) { standbys.Unconfirm() },
+	})
 	watcher, err = servicewatch.New(o.nodeName, cfg, factory, nodes, sp, standbys, recorder)
 	if err != nil {
 		return err

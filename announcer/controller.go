@@ -57,6 +57,9 @@ type Health interface {
 	OnChange(func(node string))
 	// HasSynced reports whether every agent there was at the start has a verdict.
 	HasSynced() bool
+	// SetReplaced sets the nodes the announcer moved addresses away from while their
+	// agents were down, and that the annotations still name.
+	SetReplaced(nodes map[string]bool)
 }
 
 // Controller is the announcer controller. Its queue holds address groups, named
@@ -82,6 +85,10 @@ type Controller struct {
 	changes changeLog            // the last announcer changes, for the status page
 	// patched are the announcer patches whose result the cache may not hold yet.
 	patched map[types.NamespacedName]patch
+	// held are, per group, the nodes its annotations still name though it moved away from
+	// them while their agents were down; heldBy counts the groups per node.
+	held   map[string][]string
+	heldBy map[string]int
 }
 
 // New returns an announcer over the Services, EndpointSlices and Nodes of factory. It
@@ -106,6 +113,8 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 		decided: map[string]decision{},
 		owned:   map[string]ownership{},
 		patched: map[types.NamespacedName]patch{},
+		held:    map[string][]string{},
+		heldBy:  map[string]int{},
 	}
 	c.cfg.Store(cfg)
 	utilruntime.Must(services.Informer().AddIndexers(cache.Indexers{byAddress: func(obj any) ([]string, error) {

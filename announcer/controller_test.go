@@ -23,9 +23,14 @@ func TestEnqueueNodeQueuesItsGroupsFirst(t *testing.T) {
 			on = "node-b"
 		}
 		ip := fmt.Sprintf("198.51.100.%d", i+1)
-		svc := announcedBy(lbService(fmt.Sprintf("svc-%d", i), ip), on)
-		// Preferred, and already announced there: deciding writes nothing, so no watch
-		// event adds to the queue behind the test's back.
+		other := "node-b"
+		if on == "node-b" {
+			other = "node-a"
+		}
+		// Preferred, and already announced there with the other node standing by:
+		// deciding writes nothing, so no watch event adds to the queue behind the test's
+		// back.
+		svc := withStandbys(announcedBy(lbService(fmt.Sprintf("svc-%d", i), ip), on), other)
 		svc.Annotations["lb.baremetal.io/preferred-nodes"] = on
 		objs = append(objs, svc)
 		allKeys = append(allKeys, "address/"+ip)

@@ -1,9 +1,11 @@
 package announcer
 
 import (
+	"slices"
 	"time"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 // decision is a group's last decision and the sentence that explains it.
@@ -77,9 +79,64 @@ func (c *Controller) logChange(service, event, from string, d owner.Decision, wh
 	})
 }
 
+// hold records the nodes the group's annotations still name though the group moved
+// away from them, to node to, because their agents are down (or replaced). The verdict
+// keeps them down, so that their agents announce nothing and their standbys keep what
+// they took, until the annotations say where the addresses went: without the API
+// server that can be a long time, and an agent back in the meantime must not take them
+// back, to lose them again when the annotation is written.
+func (c *Controller) hold(key string, members []member, to string) {
+	var nodes []string
+	for _, m := range members {
+		a := m.req.Announcer
+		if a == "" || a == to || slices.Contains(nodes, a) {
+			continue
+		}
+		if h := c.health.Health(a); h == prober.Down || h == prober.Replaced {
+			nodes = append(nodes, a)
+		}
+	}
+	slices.Sort(nodes)
+	c.mu.Lock()
+	was := c.held[key]
+	if slices.Equal(was, nodes) {
+		c.mu.Unlock()
+		return
+	}
+	changed := false
+	for _, n := range was {
+		if c.heldBy[n]--; c.heldBy[n] <= 0 {
+			delete(c.heldBy, n)
+			changed = true
+		}
+	}
+	for _, n := range nodes {
+		if c.heldBy[n]++; c.heldBy[n] == 1 {
+			changed = true
+		}
+	}
+	if len(nodes) == 0 {
+		delete(c.held, key)
+	} else {
+		c.held[key] = nodes
+	}
+	var replaced map[string]bool
+	if changed {
+		replaced = map[string]bool{}
+		for n := range c.heldBy {
+			replaced[n] = true
+		}
+	}
+	c.mu.Unlock()
+	if changed {
+		c.health.SetReplaced(replaced)
+	}
+}
+
 // forget drops what is known of a group that is gone, or that is decided under another
 // name now.
 func (c *Controller) forget(key string) {
+	c.hold(key, nil, "")
 	c.account(key, ownership{})
 	c.mu.Lock()
 	defer c.mu.Unlock()

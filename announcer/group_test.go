@@ -89,8 +89,8 @@ func TestServiceJoiningSharedAddress(t *testing.T) {
 	// "api" sorts before "web", so a vote of the members' annotations, first name
 	// first on a tie, would pick hashed too: only the group's decision names kept.
 	tc := newTestController(t,
-		announcedBy(lbService("web", "198.51.100.1"), kept),
-		announcedBy(lbService("api", "198.51.100.3"), hashed),
+		withStandbys(announcedBy(lbService("web", "198.51.100.1"), kept), hashed),
+		withStandbys(announcedBy(lbService("api", "198.51.100.3"), hashed), kept),
 		node("node-a", nil), node("node-b", nil))
 	before := gauges(t, "node-a", "node-b")
 	tc.syncKey(t, "address/198.51.100.1")

@@ -45,6 +45,7 @@ type fakeHealth struct {
 	mu        sync.Mutex
 	states    map[string]prober.State
 	listeners []func(string)
+	replaced  map[string]bool // as the announcer last set them
 }
 
 func (h *fakeHealth) Health(node string) prober.State {
@@ -63,6 +64,19 @@ func (h *fakeHealth) OnChange(f func(string)) {
 }
 
 func (h *fakeHealth) HasSynced() bool { return true }
+
+func (h *fakeHealth) SetReplaced(nodes map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.replaced = nodes
+}
+
+// replacedNodes returns the nodes the announcer last held as replaced.
+func (h *fakeHealth) replacedNodes() map[string]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.replaced
+}
 
 // set changes a node's state and tells the listeners, as the prober does.
 func (h *fakeHealth) set(node string, s prober.State) {

@@ -75,6 +75,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	warn := c.remember(key, members, g, nodes, d)
 	c.account(key, ownership{node: d.Node, services: len(members)})
+	c.hold(key, members, d.Node)
 	for _, m := range members {
 		prev := m.req.Announcer
 		if c.written(m.svc, p) {

@@ -27,7 +27,9 @@
 //	reply:
 //	  4   8  the request's nonce
 //	  12  1  state: 1 ready, 2 draining
-//	  13  n  the node name
+//	  13  1  flags: bit 0 set when the agent takes itself for down (it is in the verdict,
+//	         or an agent said it stands in for it) and announces nothing
+//	  14  n  the node name
 //	  ... 8  instance and 8 sequence of the verdict the agent holds (zeros for none)
 //	  ... 1  m, then m names: the nodes the agent stands in for (at most 32)
 //
@@ -55,6 +57,8 @@ const (
 	typeRequest = 1
 	typeReply   = 2
 	typeVerdict = 3
+
+	flagStandsDown = 1 << 0
 
 	headerLen = 4
 	// RequestLen is the length of an encoded request.
@@ -135,6 +139,9 @@ type Reply struct {
 	State State
 	// Node is the name of the agent's node.
 	Node string
+	// StandsDown says the agent takes itself for down and announces nothing: the verdict
+	// names it, or another agent said it stands in for it while no ccm was heard.
+	StandsDown bool
 	// Verdict is the verdict the agent holds.
 	Verdict VerdictRef
 	// Covers are the nodes whose addresses this agent announces in their stead, against
@@ -175,7 +182,11 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	start := len(b)
 	b = append(b, magic[0], magic[1], Version, typeReply)
 	b = binary.BigEndian.AppendUint64(b, r.Nonce)
-	b = append(b, byte(r.State))
+	var flags byte
+	if r.StandsDown {
+		flags |= flagStandsDown
+	}
+	b = append(b, byte(r.State), flags)
 	b = appendName(b, r.Node)
 	b = binary.BigEndian.AppendUint64(b, r.Verdict.Instance)
 	b = binary.BigEndian.AppendUint64(b, r.Verdict.Seq)
@@ -262,7 +273,10 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	r := Reply{Nonce: d.uint64(), State: State(d.byte()), Node: d.name()}
+	r := Reply{Nonce: d.uint64(), State: State(d.byte())}
+	flags := d.byte()
+	r.StandsDown = flags&flagStandsDown != 0
+	r.Node = d.name()
 	r.Verdict = VerdictRef{Instance: d.uint64(), Seq: d.uint64()}
 	for m := int(d.byte()); m > 0 && d.err == nil; m-- {
 		r.Covers = append(r.Covers, d.name())

@@ -25,10 +25,13 @@ type Responder struct {
 	mu sync.Mutex
 	// newest is the newest ccm request taken: a request that is not newer is a replay or
 	// a late one, and is no sign of a ccm's life.
-	newest    struct{ instance, counter uint64 }
-	verdict   Verdict
-	covers    []string
-	onVerdict func()
+	newest struct{ instance, counter uint64 }
+	// newestVerdict is the verdict the newest ccm request said its ccm is at.
+	newestVerdict VerdictRef
+	verdict    Verdict
+	covers     []string
+	standsDown bool
+	onVerdict  func()
 
 	requests, replies, malformed, unauthenticated, limited, verdicts, staleVerdicts atomic.Uint64
 }
@@ -109,6 +112,21 @@ func (r *Responder) LastCCM() time.Time {
 	return time.Time{}
 }
 
+// CCMVerdict returns the verdict the newest ccm request said its ccm is at: when it is
+// the one held, the agent knows it is up to date. Seq is 0 while that ccm has none yet.
+func (r *Responder) CCMVerdict() VerdictRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.newestVerdict
+}
+
+// SetStandsDown sets whether the following replies say the agent takes itself for down.
+func (r *Responder) SetStandsDown(down bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.standsDown = down
+}
+
 // SetCovers sets the nodes the following replies say this agent stands in for. Only the
 // first MaxCovers valid node names are sent: the names come from annotations.
 func (r *Responder) SetCovers(nodes []string) {
@@ -171,12 +189,13 @@ func (r *Responder) heard(req Request) {
 		return
 	}
 	r.newest.instance, r.newest.counter = req.Instance, req.Counter
+	r.newestVerdict = VerdictRef{Instance: req.Instance, Seq: req.Verdict}
 	r.lastCCM.Store(time.Now().UnixNano())
 }
 
 func (r *Responder) reply(b []byte, req Request) []byte {
 	r.mu.Lock()
-	reply := Reply{Nonce: req.Nonce, State: r.State(), Node: r.node, Verdict: r.verdict.VerdictRef, Covers: r.covers}
+	reply := Reply{Nonce: req.Nonce, State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef, Covers: r.covers}
 	r.mu.Unlock()
 	b, _ = r.key.AppendReply(b, reply) // the node name and covers were checked when set
 	return b

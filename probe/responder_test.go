@@ -123,9 +123,8 @@ func TestResponderTakesOnlyFreshRequestsAsLife(t *testing.T) {
 	if got := p.r.LastCCM(); got.Equal(second) {
 		t.Error("a newer instance did not move LastCCM")
 	}
-	if st := p.r.Stats(); st.Requests != 8 || st.Replies != 8 {
-		t.Errorf("Stats = %+v, want 8 requests, all answered", st)
-	}
+	// A reply is counted once sent, which may be after it arrived.
+	waitStats(t, p.r, "8 requests, all answered", func(st Stats) bool { return st.Requests == 8 && st.Replies == 8 })
 }
 
 // TestResponderTakesOnlyNewerVerdicts checks that a verdict is taken only when newer than
@@ -210,5 +209,17 @@ func TestResponderCovers(t *testing.T) {
 	p.r.SetCovers(nil)
 	if got := p.ask(t, Request{Nonce: 2, Sender: FromCCM, Instance: 1, Counter: 2}).Covers; len(got) != 0 {
 		t.Errorf("reply covers %q after SetCovers(nil)", got)
+	}
+}
+
+// waitStats polls r's Stats until cond holds, failing the test after a while.
+func waitStats(t *testing.T, r *Responder, what string, cond func(Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for st := r.Stats(); !cond(st); st = r.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Stats = %+v, want %s", st, what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

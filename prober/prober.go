@@ -38,10 +38,10 @@ const (
 	Down
 	// Draining: answering, but shutting down.
 	Draining
-	// Replaced: answering, but another agent announces some of its addresses in its
-	// stead (it stood in while this one was down, or while no ccm was heard) and the
-	// Services' annotations have not caught up. Such an agent is in the verdict, so it
-	// announces nothing, until no agent stands in for it any more.
+	// Replaced: answering, but the announcer moved addresses away from it while it was
+	// down and the Services' annotations still name it (the API server is away, or the
+	// patches are on their way). It stays in the verdict, so that it announces nothing
+	// and its standbys keep what they took, until the annotations caught up (SetReplaced).
 	Replaced
 )
 
@@ -80,7 +80,10 @@ type Prober struct {
 	targets map[string]bool
 	// verdict is the verdict sent; its Seq is 0 until the prober has synced.
 	verdict probe.Verdict
-	// covered counts, per node, the agents that say they stand in for it.
+	// replaced are the nodes the announcer moved addresses away from while they were
+	// down, and that the annotations still name (SetReplaced).
+	replaced map[string]bool
+	// covered counts, per node, the agents whose last reply said they stand in for it.
 	covered map[string]int
 }
 
@@ -89,14 +92,18 @@ type agentProbe struct {
 	addr   netip.AddrPort
 	cancel context.CancelFunc
 	state  State
-	// covers are the nodes the agent's last reply said it stands in for.
-	covers []string
+	// covers are the nodes the agent's last reply said it stands in for, and standsDown
+	// whether it said it takes itself for down.
+	covers     []string
+	standsDown bool
 	// kick asks the probe loop to send the verdict now.
 	kick chan struct{}
 	// lastRTT (ns) and lastAnswer (Unix ns) are the last answered probe's round trip and
 	// arrival, for the status page. Atomics, because the probe loop writes them on every
 	// answer, and p.mu is on the path of every announcer decision.
 	lastRTT, lastAnswer atomic.Int64
+	// lastProbe (Unix ns) is when the last probe ended, answered or not.
+	lastProbe atomic.Int64
 }
 
 // New returns a prober of the agents of the nodes in the informer, with probes
@@ -106,7 +113,7 @@ func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer, 
 		// An agent's prober has no metrics of its own: an unregistered metric counts nothing.
 		registerMetrics()
 	}
-	p := &Prober{cfg: cfg, key: key, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, covered: map[string]int{}}
+	p := &Prober{cfg: cfg, key: key, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]bool{}, covered: map[string]int{}}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.syncNode,
 		UpdateFunc: func(_, cur any) { p.syncNode(cur) },
@@ -141,14 +148,62 @@ func (p *Prober) healthLocked(node string) State {
 	switch {
 	case a == nil:
 		return Down
-	case a.state != Down && p.coveredLocked(node):
+	case a.state != Down && (p.replaced[node] || p.adoptedLocked(node)):
 		return Replaced
 	}
 	return a.state
 }
 
-// coveredLocked reports whether an agent says it stands in for node.
-func (p *Prober) coveredLocked(node string) bool { return p.covered[node] > 0 }
+// adoptedLocked reports whether node's agent and another agent agree that the other
+// stands in for it: while no ccm was heard, the other took its addresses over and it
+// stood down. A new leader keeps it so, as the announcer keeps what it moved itself.
+// Neither side alone is taken at its word: an agent that was cut off took its
+// unreachable peers for down, and must move nothing once it is back.
+func (p *Prober) adoptedLocked(node string) bool {
+	a := p.agents[node]
+	return a != nil && a.standsDown && p.covered[node] > 0
+}
+
+// CoveredBy returns the agents whose last reply said they stand in for node, sorted.
+func (p *Prober) CoveredBy(node string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for name, a := range p.agents {
+		if slices.Contains(a.covers, node) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SetReplaced sets the nodes the announcer moved addresses away from while they were down
+// and that the annotations still name: they stay in the verdict, and Replaced, while they
+// answer, so that no address goes back to them before the annotations say where it is.
+func (p *Prober) SetReplaced(nodes map[string]bool) {
+	p.mu.Lock()
+	if maps.Equal(nodes, p.replaced) {
+		p.mu.Unlock()
+		return
+	}
+	var changed []string
+	for n := range nodes {
+		if !p.replaced[n] {
+			changed = append(changed, n)
+		}
+	}
+	for n := range p.replaced {
+		if !nodes[n] {
+			changed = append(changed, n)
+		}
+	}
+	p.replaced = maps.Clone(nodes)
+	p.decideLocked()
+	listeners := p.listeners
+	p.mu.Unlock()
+	p.notify(listeners, changed)
+}
 
 // Verdict returns the verdict sent to the agents; its Seq is 0 before the first.
 func (p *Prober) Verdict() probe.Verdict {
@@ -293,21 +348,32 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 	addr := a.addr
 	// A connected socket: an ICMP port unreachable, which says the node is there but its
 	// agent is not, comes back as an error on it.
+	interval := p.cfg.ProbeInterval
+	health := agentHealth{}
 	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
-	if err != nil {
-		klog.ErrorS(err, "Cannot probe agent", "node", node, "address", addr)
-		p.transition(node, a, Down, missed, 0)
-		return
+	for err != nil {
+		// No route to it now (this node's own link is down, say): down until a dial
+		// works, tried again every interval.
+		if health.state != Down {
+			klog.ErrorS(err, "Cannot probe agent; trying again every probe interval", "node", node, "address", addr)
+			health.state = Down
+			p.transition(node, a, Down, missed, 0)
+		}
+		a.lastProbe.Store(time.Now().UnixNano())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
 	}
 	context.AfterFunc(ctx, func() { conn.Close() })
 
-	interval := p.cfg.ProbeInterval
 	// An answer may take a quarter of an interval (25 ms by default): on a LAN it takes well
 	// under a millisecond. A late answer costs nothing but rapid probes; only
 	// failureThreshold misses in a row take the agent for dead.
 	timeout := interval / 4
 	rapid := min(rapidInterval, interval)
-	health := agentHealth{}
 	// A fresh random nonce per probe, from a generator no one can predict: a reply can
 	// then only be made, or replayed, by whoever holds the key and saw the request.
 	var seed [32]byte
@@ -371,6 +437,7 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 		} else if health.misses == 1 {
 			klog.V(4).InfoS("Agent missed a probe", "node", node, "outcome", o)
 		}
+		a.lastProbe.Store(time.Now().UnixNano())
 		if health.suspect() {
 			next = sent.Add(rapid)
 		} else {
@@ -409,32 +476,38 @@ func (p *Prober) appendVerdict(b []byte) []byte {
 	return b
 }
 
-// answered takes what an agent's reply says of the verdict and of the nodes it stands in
-// for, and reports whether the agent should be sent the verdict again.
+// answered takes what an agent's reply says of the verdict, of itself and of the nodes
+// it stands in for, and reports whether the agent should be sent the verdict again.
 func (p *Prober) answered(node string, a *agentProbe, r probe.Reply) bool {
-	if p.sender != probe.FromCCM {
-		return false
-	}
-	p.mu.Lock()
-	var changed []string
 	slices.Sort(r.Covers)
-	if p.agents[node] == a && !slices.Equal(a.covers, r.Covers) {
-		changed = p.setCoversLocked(a, r.Covers)
+	p.mu.Lock()
+	if p.agents[node] != a || slices.Equal(a.covers, r.Covers) && a.standsDown == r.StandsDown {
+		stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
+		p.mu.Unlock()
+		return stale
 	}
-	stale := p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
+	klog.V(2).InfoS("Agent stands in for other nodes", "node", node, "covers", r.Covers, "standsDown", r.StandsDown, "before", a.covers)
+	touched := append(slices.Clone(a.covers), r.Covers...)
+	touched = append(touched, node)
+	before := p.healthOf(touched)
+	p.setCoversLocked(a, r.Covers)
+	a.standsDown = r.StandsDown
+	changed := []string{node} // its peers' covers are news to an agent's own prober
+	for n, s := range before {
+		if n != node && p.healthLocked(n) != s {
+			changed = append(changed, n)
+		}
+	}
+	p.decideLocked()
+	stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
 	listeners := p.listeners
 	p.mu.Unlock()
 	p.notify(listeners, changed)
 	return stale
 }
 
-// setCoversLocked records what an agent stands in for and returns the nodes whose health
-// changed with it.
-func (p *Prober) setCoversLocked(a *agentProbe, covers []string) []string {
-	before := p.healthOf(append(slices.Clone(a.covers), covers...))
-	if len(a.covers) > 0 || len(covers) > 0 {
-		klog.V(2).InfoS("Agent stands in for other nodes", "node", p.nameOf(a), "covers", covers, "before", a.covers)
-	}
+// setCoversLocked records what an agent stands in for.
+func (p *Prober) setCoversLocked(a *agentProbe, covers []string) {
 	for _, n := range a.covers {
 		if p.covered[n]--; p.covered[n] <= 0 {
 			delete(p.covered, n)
@@ -444,14 +517,6 @@ func (p *Prober) setCoversLocked(a *agentProbe, covers []string) []string {
 		p.covered[n]++
 	}
 	a.covers = covers
-	var changed []string
-	for node, s := range before {
-		if p.healthLocked(node) != s {
-			changed = append(changed, node)
-		}
-	}
-	p.decideLocked()
-	return changed
 }
 
 func (p *Prober) healthOf(nodes []string) map[string]State {
@@ -462,16 +527,7 @@ func (p *Prober) healthOf(nodes []string) map[string]State {
 	return out
 }
 
-func (p *Prober) nameOf(a *agentProbe) string {
-	for name, b := range p.agents {
-		if b == a {
-			return name
-		}
-	}
-	return ""
-}
-
-// decideLocked makes the verdict anew: the nodes whose agent is down, or stood in for. A
+// decideLocked makes the verdict anew: the nodes whose agent is down, or replaced. A
 // changed verdict is sent to every agent at once. Before the prober has synced there is
 // no verdict: the agents keep the one they hold.
 func (p *Prober) decideLocked() {
@@ -480,7 +536,7 @@ func (p *Prober) decideLocked() {
 	}
 	var down []string
 	for name, a := range p.agents {
-		if a.state == Down || p.coveredLocked(name) {
+		if a.state == Down || p.replaced[name] || p.adoptedLocked(name) {
 			down = append(down, name)
 		}
 	}
@@ -563,8 +619,14 @@ func (p *Prober) transition(node string, a *agentProbe, s State, o outcome, rtt 
 	delete(p.pending, node)
 	changed := []string{node}
 	if s == Down && len(a.covers) > 0 {
-		// A dead agent stands in for no one any more.
-		changed = append(changed, p.setCoversLocked(a, nil)...)
+		// A dead agent stands in for no one.
+		before := p.healthOf(a.covers)
+		p.setCoversLocked(a, nil)
+		for n, was := range before {
+			if p.healthLocked(n) != was {
+				changed = append(changed, n)
+			}
+		}
 	}
 	p.decideLocked()
 	listeners := p.listeners
@@ -582,6 +644,10 @@ type Agent struct {
 	LastRTT time.Duration
 	// LastAnswer is when the last answer arrived; zero before any answer.
 	LastAnswer time.Time
+	// Covers are the nodes the agent's last reply said it stands in for.
+	Covers []string
+	// LastProbe is when the last probe ended, answered or not; zero before the first.
+	LastProbe time.Time
 }
 
 // Agents returns the probing of every agent probed now, by node name: a copy, for the
@@ -591,9 +657,12 @@ func (p *Prober) Agents() map[string]Agent {
 	defer p.mu.Unlock()
 	out := make(map[string]Agent, len(p.agents))
 	for node, a := range p.agents {
-		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load())}
+		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load()), Covers: a.covers}
 		if at := a.lastAnswer.Load(); at != 0 {
 			pr.LastAnswer = time.Unix(0, at)
+		}
+		if at := a.lastProbe.Load(); at != 0 {
+			pr.LastProbe = time.Unix(0, at)
 		}
 		out[node] = pr
 	}

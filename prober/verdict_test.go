@@ -142,34 +142,80 @@ func TestVerdictIsSentAtOnce(t *testing.T) {
 	}
 }
 
-// TestCoveredAgentIsReplaced checks an agent another stands in for: it answers, but it is
-// Replaced, and in the verdict, until no agent says it covers it any more.
-func TestCoveredAgentIsReplaced(t *testing.T) {
+// TestReplacedAgent checks an agent the announcer moved addresses away from while it was
+// down: while the annotations still name it, it answers but is Replaced, and in the
+// verdict, so that it takes nothing back. What an agent says it covers is only shown.
+func TestReplacedAgent(t *testing.T) {
 	port := agentPort(t)
 	rA, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
 	rB, _ := responder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
 	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
 	eventually(t, 2*time.Second, "a first verdict naming no one", func() bool { return holds(p, rB) })
+	first := p.Verdict()
 
-	drain(changes)
 	rB.SetCovers([]string{"node-a"})
-	waitState(t, p, changes, "node-a", Replaced, 2*time.Second)
-	eventually(t, time.Second, "node-a holds a verdict naming itself", func() bool { return holds(p, rA, "node-a") })
-	if got := p.Health("node-b"); got != Up {
-		t.Errorf("node-b, which stands in, is %v, want up", got)
+	eventually(t, 2*time.Second, "node-b's covers shown", func() bool { return slices.Equal(p.Agents()["node-b"].Covers, []string{"node-a"}) })
+	if got, v := p.Health("node-a"), p.Verdict(); got != Up || v.VerdictRef != first.VerdictRef {
+		t.Errorf("an agent's word that it covers node-a made node-a %v, verdict %+v", got, v)
 	}
 
-	rB.SetCovers(nil)
-	waitState(t, p, changes, "node-a", Up, 2*time.Second)
-	eventually(t, time.Second, "node-b holds a verdict naming no one", func() bool { return holds(p, rB) })
+	drain(changes)
+	p.SetReplaced(map[string]bool{"node-a": true})
+	if got := p.Health("node-a"); got != Replaced {
+		t.Errorf("node-a is %v after SetReplaced, want replaced", got)
+	}
+	waitState(t, p, changes, "node-a", Replaced, time.Second)
+	eventually(t, time.Second, "node-a holds a verdict naming itself", func() bool { return holds(p, rA, "node-a") })
+	if got := p.Health("node-b"); got != Up {
+		t.Errorf("node-b is %v, want up", got)
+	}
 
-	// Replaced is for an agent that answers: covered and not answering, it is down.
-	rB.SetCovers([]string{"node-a"})
-	waitState(t, p, changes, "node-a", Replaced, 2*time.Second)
+	p.SetReplaced(nil)
+	waitState(t, p, changes, "node-a", Up, time.Second)
+	eventually(t, time.Second, "node-b holds a verdict naming no one", func() bool { return holds(p, rB) })
+	if got := p.Verdict().Seq; got <= first.Seq+1 {
+		t.Errorf("verdict seq %d after two changes from %d", got, first.Seq)
+	}
+
+	// Replaced is for an agent that answers: replaced and not answering, it is down.
+	p.SetReplaced(map[string]bool{"node-a": true})
 	stopA()
 	waitState(t, p, changes, "node-a", Down, 2*time.Second)
 	if v := p.Verdict(); !slices.Equal(v.Down, []string{"node-a"}) {
 		t.Errorf("verdict %+v, want node-a down", v)
+	}
+}
+
+// TestAdoptedAgent checks an agent that stood down while another stood in for it, as
+// while no ccm was heard: only when both say so is it Replaced, and in the verdict, so
+// that neither an agent cut off nor one standing down alone moves anything.
+func TestAdoptedAgent(t *testing.T) {
+	port := agentPort(t)
+	rA, _ := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	rB, _ := responder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
+	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
+	eventually(t, 2*time.Second, "a first verdict naming no one", func() bool { return holds(p, rB) })
+
+	drain(changes)
+	rA.SetStandsDown(true)
+	// The prober tells of node-a once its reply says it stands down: alone, that is no
+	// reason to take it for replaced.
+	waitChange(t, changes, "node-a", 2*time.Second)
+	if got := p.Health("node-a"); got != Up {
+		t.Errorf("node-a standing down on its own is %v, want up", got)
+	}
+	rB.SetCovers([]string{"node-a"})
+	waitState(t, p, changes, "node-a", Replaced, 2*time.Second)
+	if got := p.CoveredBy("node-a"); !slices.Equal(got, []string{"node-b"}) {
+		t.Errorf("CoveredBy(node-a) = %v, want node-b", got)
+	}
+	eventually(t, time.Second, "node-b holds a verdict naming node-a", func() bool { return holds(p, rB, "node-a") })
+
+	rB.SetCovers(nil)
+	waitState(t, p, changes, "node-a", Up, 2*time.Second)
+	eventually(t, time.Second, "node-a holds a verdict naming no one", func() bool { return holds(p, rA) })
+	if got := p.CoveredBy("node-a"); len(got) != 0 {
+		t.Errorf("CoveredBy(node-a) = %v, want none", got)
 	}
 }
 
@@ -201,5 +247,21 @@ func TestAgentProberIsNoCCM(t *testing.T) {
 	p.SetTargets(map[string]bool{})
 	if got := p.Agents(); len(got) != 0 {
 		t.Errorf("with no targets, probing %v", got)
+	}
+}
+
+// waitChange waits until the prober tells of a change of node.
+func waitChange(t *testing.T, changes chan string, node string, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case n := <-changes:
+			if n == node {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no change of %s within %v", node, within)
+		}
 	}
 }

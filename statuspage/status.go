@@ -156,7 +156,8 @@ func (s ServiceStatus) DecidedNode() string {
 // AgentStatus is a node and what the prober knows of its agent.
 type AgentStatus struct {
 	Node string `json:"node"`
-	// State is up, down, draining or unknown, as in the baremetal_ccm_agents gauge.
+	// State is up, down, draining, replaced or unknown, as in the baremetal_ccm_agents
+	// gauge.
 	State string `json:"state"`
 	// Address is where the agent is probed; empty when it is not, for a node without an
 	// InternalIP.
@@ -166,6 +167,9 @@ type AgentStatus struct {
 	LastAnswer     time.Time `json:"lastAnswer,omitzero"`
 	// Services counts the Services whose addresses the node announces.
 	Services int `json:"services"`
+	// Covers are the nodes the agent says it announces addresses of in their stead,
+	// against the annotations: it took over while they were down.
+	Covers []string `json:"covers,omitempty"`
 
 	rtt time.Duration
 }
@@ -238,6 +242,7 @@ func (p *Page) Status() (*Status, error) {
 		if pr, ok := probed[n.Name]; ok {
 			ag.Address = pr.Address.String()
 			ag.rtt, ag.LastRTTSeconds, ag.LastAnswer = pr.LastRTT, pr.LastRTT.Seconds(), pr.LastAnswer
+			ag.Covers = pr.Covers
 		}
 		st.Agents = append(st.Agents, ag)
 	}

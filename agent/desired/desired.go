@@ -53,18 +53,17 @@ func Assignee(r *annotation.Request, down Down) (node string, covers []string) {
 	return "", nil
 }
 
-// Ahead returns the nodes ahead of node in the plans of the Services, sorted: the nodes
-// whose addresses node takes over should they go down.
-func Ahead(node string, services []*v1.Service) []string {
+// Peers returns the other nodes of every plan node is in, sorted: the nodes whose
+// addresses it takes over should they go down, and those that take its own over.
+func Peers(node string, services []*v1.Service) []string {
 	var out []string
 	for _, svc := range services {
 		r, _ := annotation.Parse(svc)
 		if !r.Announced() {
 			continue
 		}
-		plan := r.Plan()
-		if i := slices.Index(plan, node); i > 0 {
-			out = append(out, plan[:i]...)
+		if plan := r.Plan(); slices.Contains(plan, node) {
+			out = append(out, slices.DeleteFunc(plan, func(n string) bool { return n == node })...)
 		}
 	}
 	slices.Sort(out)

@@ -86,7 +86,7 @@ func TestCompute(t *testing.T) {
 	// The input order must not matter.
 	for range 20 {
 		rand.Shuffle(len(services), func(i, j int) { services[i], services[j] = services[j], services[i] })
-		addrs, refused := Compute("node-a", labels.Set{"zone": "core"}, services, cfg)
+		addrs, refused := Compute("node-a", labels.Set{"zone": "core"}, services, cfg, nobodyDown)
 		if !reflect.DeepEqual(addrs, wantAddrs) {
 			t.Fatalf("addresses:\n got %+v\nwant %+v", addrs, wantAddrs)
 		}
@@ -95,20 +95,23 @@ func TestCompute(t *testing.T) {
 		}
 	}
 
-	if addrs, refused := Compute("node-c", nil, services, cfg); len(addrs) != 0 || len(refused) != 0 {
+	if addrs, refused := Compute("node-c", nil, services, cfg, nobodyDown); len(addrs) != 0 || len(refused) != 0 {
 		t.Errorf("node-c is named by nobody, got %v and %v", addrs, refused)
 	}
 	// The edge pool's addresses are announced by the nodes its nodeSelector selects.
-	addrs, refused := Compute("node-a", labels.Set{"zone": "edge"}, services, cfg)
+	addrs, refused := Compute("node-a", labels.Set{"zone": "edge"}, services, cfg, nobodyDown)
 	if !slices.ContainsFunc(addrs, func(a Address) bool { return a.Addr.String() == "198.18.1.1" }) ||
 		slices.ContainsFunc(refused, func(r Refusal) bool { return r.Reason == NodeNotSelected }) {
 		t.Errorf("an edge node: addresses %v, refused %v; want 198.18.1.1 announced", addrs, refused)
 	}
 	// An empty node name must never match a Service without an announcer.
-	if addrs, _ := Compute("", nil, services, cfg); len(addrs) != 0 {
+	if addrs, _ := Compute("", nil, services, cfg, nobodyDown); len(addrs) != 0 {
 		t.Errorf("empty node name got %v", addrs)
 	}
 }
+
+// nobodyDown is the Down of a cluster where every agent answers.
+func nobodyDown(string) bool { return false }
 
 func TestRefusalString(t *testing.T) {
 	for r, want := range map[Refusal]string{

@@ -54,8 +54,8 @@ type Verdicts interface {
 	Snapshot() map[string]bool
 	// OnChange registers a function called when they change.
 	OnChange(func())
-	// SetAhead sets the nodes ahead of this one in the plans.
-	SetAhead([]string)
+	// SetPeers sets the other nodes of the plans this one is in.
+	SetPeers([]string)
 	// SetCovers sets the nodes this one stands in for.
 	SetCovers([]string)
 }
@@ -271,7 +271,7 @@ func (w *Watcher) sync() error {
 		w.covers = covers
 	}
 	w.verdicts.SetCovers(covers)
-	w.verdicts.SetAhead(desired.Ahead(w.node, services))
+	w.verdicts.SetPeers(desired.Peers(w.node, services))
 
 	if !slices.Equal(refused, w.refused) {
 		counts := map[desired.Reason]int{}

@@ -39,6 +39,9 @@ type Options struct {
 	// Unplaced, if set, is called once each time an address becomes one the node should
 	// announce but has no interface for.
 	Unplaced func(desired.Address)
+	// LinkLost, if set, is called with the name of an Ethernet interface that was up and
+	// is down or gone now: the node may have been cut off from the network.
+	LinkLost func(name string)
 }
 
 type respKey struct {
@@ -133,6 +136,14 @@ func (s *Speaker) refresh() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.opts.LinkLost != nil {
+		for _, was := range s.links {
+			i := slices.IndexFunc(links, func(l Link) bool { return l.Name == was.Name })
+			if was.Up && !was.Loopback && len(was.MAC) == 6 && (i < 0 || !links[i].Up) {
+				s.opts.LinkLost(was.Name)
+			}
+		}
+	}
 	s.links, s.haveLinks = links, true
 	s.reconcile()
 }

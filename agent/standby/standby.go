@@ -32,6 +32,8 @@ type Responder interface {
 	LastCCM() time.Time
 	OnVerdict(func())
 	SetCovers([]string)
+	SetStandsDown(bool)
+	CCMVerdict() probe.VerdictRef
 }
 
 // Peers is what Standby needs of its prober of peers: a *prober.Prober of probe.FromAgent.
@@ -40,11 +42,14 @@ type Peers interface {
 	Health(node string) prober.State
 	OnChange(func(node string))
 	SetTargets(map[string]bool)
+	CoveredBy(node string) []string
+	Agents() map[string]prober.Agent
 }
 
 // Standby says which nodes are down, from the ccm's verdict and, while no ccm is heard,
 // from its own probes of the nodes ahead of this one. It is safe for concurrent use.
 type Standby struct {
+	node      string
 	interval  time.Duration
 	responder Responder
 	peers     Peers
@@ -52,9 +57,19 @@ type Standby struct {
 	mu        sync.Mutex
 	verdict   probe.VerdictRef
 	down      map[string]bool // the verdict's, and the peers found down since
-	ahead     map[string]bool
+	peerSet   map[string]bool
 	silent    bool
 	listeners []func()
+	// confirmed is false from the start, and from the time this node lost an
+	// interface (Unconfirm), until it knows where it stands: it holds the verdict the
+	// ccm is at, or, while no ccm is heard, it has probed every peer since and one at
+	// least answered. Until then
+	// it takes itself for down, so that an agent that restarts, or comes back from
+	// being cut off, takes nothing back that others took over meanwhile.
+	confirmed   bool
+	unconfirmed time.Time
+	// peersKnown is set once the plans have been read (SetPeers).
+	peersKnown bool
 }
 
 var (
@@ -83,28 +98,89 @@ func Metrics() []metrics.Registerable {
 	return []metrics.Registerable{ccmSilent, downNodes, peersFoundDown}
 }
 
-// New returns a Standby over the verdicts responder takes, checking peers with peers,
-// for probes every cfg.ProbeInterval.
-func New(cfg config.Failover, responder Responder, peers Peers) *Standby {
-	s := &Standby{interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, ahead: map[string]bool{}}
+// New returns the Standby of node over the verdicts responder takes, checking peers with
+// peers, for probes every cfg.ProbeInterval.
+func New(node string, cfg config.Failover, responder Responder, peers Peers) *Standby {
+	s := &Standby{node: node, interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, peerSet: map[string]bool{}, unconfirmed: time.Now()}
 	responder.OnVerdict(s.takeVerdict)
 	peers.OnChange(s.peerChanged)
 	peers.SetTargets(map[string]bool{})
 	return s
 }
 
-// Down reports whether node is down.
-func (s *Standby) Down(node string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.down[node]
-}
-
-// Snapshot returns a copy of the nodes taken for down: one view for a whole computation.
+// Snapshot returns a copy of the nodes taken for down, this one among them while it is
+// not confirmed: one view for a whole computation.
 func (s *Standby) Snapshot() map[string]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return maps.Clone(s.down)
+	out := maps.Clone(s.down)
+	if !s.confirmed {
+		out[s.node] = true
+	}
+	return out
+}
+
+// Unconfirm makes this node take itself for down until it knows where it stands again:
+// call it when the node loses an interface, since it may have been cut off.
+func (s *Standby) Unconfirm() {
+	s.mu.Lock()
+	was := s.confirmed
+	s.confirmed, s.unconfirmed = false, time.Now()
+	s.mu.Unlock()
+	if was {
+		klog.InfoS("Lost an interface; announcing nothing until the ccm's verdict or the peers confirm where this node stands")
+		s.changed()
+	}
+}
+
+// confirm checks whether this node knows where it stands now.
+func (s *Standby) confirm() {
+	s.mu.Lock()
+	if s.confirmed {
+		s.mu.Unlock()
+		return
+	}
+	since, silent, held, peersKnown := s.unconfirmed, s.silent, s.verdict, s.peersKnown
+	targets := maps.Clone(s.peerSet)
+	s.mu.Unlock()
+	how := ""
+	if ccm := s.responder.CCMVerdict(); s.responder.LastCCM().After(since) && ccm.Seq != 0 && ccm == held {
+		how = "verdict"
+	} else if silent {
+		// Every peer probed since, and one at least answering: a node that hears no one
+		// cannot tell its own isolation from everyone's death, and waits for a ccm.
+		// No peers at all (once the plans are known): no one could have taken over.
+		probed := s.peers.Agents()
+		checked, answered := true, len(targets) == 0
+		for n := range targets {
+			checked = checked && probed[n].LastProbe.After(since)
+			answered = answered || probed[n].LastAnswer.After(since)
+		}
+		if peersKnown && checked && answered {
+			how = "peers"
+		}
+	}
+	if how == "" {
+		return
+	}
+	s.mu.Lock()
+	s.confirmed = true
+	s.mu.Unlock()
+	klog.InfoS("Confirmed where this node stands", "by", how)
+	s.changed()
+}
+
+// changed tells the responder and the listeners that the nodes taken for down changed.
+func (s *Standby) changed() {
+	s.mu.Lock()
+	standsDown := s.down[s.node] || !s.confirmed
+	downNodes.Set(float64(len(s.down)))
+	listeners := slices.Clone(s.listeners)
+	s.mu.Unlock()
+	s.responder.SetStandsDown(standsDown)
+	for _, f := range listeners {
+		f()
+	}
 }
 
 // OnChange registers f to be called whenever the nodes taken for down change.
@@ -114,19 +190,19 @@ func (s *Standby) OnChange(f func()) {
 	s.listeners = append(s.listeners, f)
 }
 
-// SetAhead sets the nodes ahead of this one in the plans: those it checks while no ccm is
-// heard.
-func (s *Standby) SetAhead(nodes []string) {
-	ahead := map[string]bool{}
+// SetPeers sets the other nodes of the plans this one is in: those it checks while no
+// ccm is heard.
+func (s *Standby) SetPeers(nodes []string) {
+	set := map[string]bool{}
 	for _, n := range nodes {
-		ahead[n] = true
+		set[n] = true
 	}
 	s.mu.Lock()
-	s.ahead = ahead
+	s.peerSet, s.peersKnown = set, true
 	silent := s.silent
 	s.mu.Unlock()
 	if silent {
-		s.peers.SetTargets(ahead)
+		s.peers.SetTargets(set)
 	}
 }
 
@@ -146,22 +222,23 @@ func (s *Standby) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		s.confirm()
 		last := s.responder.LastCCM()
 		silent := time.Since(last) > silentAfter
 		s.mu.Lock()
 		changed := silent != s.silent
 		s.silent = silent
-		ahead := maps.Clone(s.ahead)
+		peerSet := maps.Clone(s.peerSet)
 		s.mu.Unlock()
 		if !changed {
 			continue
 		}
 		if silent {
 			ccmSilent.Set(1)
-			klog.InfoS("No ccm heard; checking the nodes this one backs up", "lastHeard", last, "nodes", len(ahead))
+			klog.InfoS("No ccm heard; checking the peers of this node's plans", "lastHeard", last, "peers", len(peerSet))
 			peerCtx, cancel := context.WithCancel(ctx)
 			stopPeers = cancel
-			s.peers.SetTargets(ahead)
+			s.peers.SetTargets(peerSet)
 			go s.peers.Run(peerCtx)
 		} else {
 			ccmSilent.Set(0)
@@ -172,27 +249,37 @@ func (s *Standby) Run(ctx context.Context) {
 	}
 }
 
-// peerChanged takes a peer that failed this agent's probes for down, while no ccm is
-// heard. A peer that comes back stays down until a ccm's verdict: only a ccm moves
-// addresses back, and it learns from the agents what they did first.
-func (s *Standby) peerChanged(node string) {
-	if s.peers.Health(node) != prober.Down {
-		return
+// peerChanged takes a peer that failed this agent's probes for down, and this node for
+// down when a peer answers that it stands in for it, while no ccm is heard. A peer that
+// comes back stays down until a ccm's verdict: only a ccm moves addresses back, after it
+// learnt from the agents what they did.
+func (s *Standby) peerChanged(peer string) {
+	var mark []string
+	if s.peers.Health(peer) == prober.Down {
+		mark = append(mark, peer)
+	}
+	if len(s.peers.CoveredBy(s.node)) > 0 {
+		mark = append(mark, s.node)
 	}
 	s.mu.Lock()
-	if !s.silent || s.down[node] {
+	mark = slices.DeleteFunc(mark, func(n string) bool { return s.down[n] })
+	if !s.silent || len(mark) == 0 {
 		s.mu.Unlock()
 		return
 	}
-	s.down[node] = true
-	downNodes.Set(float64(len(s.down)))
-	listeners := slices.Clone(s.listeners)
-	s.mu.Unlock()
-	peersFoundDown.Inc()
-	klog.InfoS("A node this one backs up failed its probes; taking it for down", "peer", node)
-	for _, f := range listeners {
-		f()
+	for _, n := range mark {
+		s.down[n] = true
 	}
+	s.mu.Unlock()
+	for _, n := range mark {
+		if n == s.node {
+			klog.InfoS("A peer stands in for this node; standing down until a ccm's verdict", "coveredBy", s.peers.CoveredBy(s.node))
+		} else {
+			peersFoundDown.Inc()
+			klog.InfoS("A peer failed this node's probes; taking it for down", "peer", n)
+		}
+	}
+	s.changed()
 }
 
 // takeVerdict replaces the nodes taken for down with a newer verdict of a ccm.
@@ -210,13 +297,10 @@ func (s *Standby) takeVerdict() {
 	s.verdict = v.VerdictRef
 	same := maps.Equal(down, s.down)
 	s.down = down
-	downNodes.Set(float64(len(down)))
-	listeners := slices.Clone(s.listeners)
 	s.mu.Unlock()
 	klog.V(2).InfoS("Took the ccm's verdict", "seq", v.Seq, "down", v.Down[:min(len(v.Down), 10)])
+	s.confirm()
 	if !same {
-		for _, f := range listeners {
-			f()
-		}
+		s.changed()
 	}
 }

@@ -125,8 +125,9 @@ func TestLeaderDiesWithNode(t *testing.T) {
 
 // TestNodeDeathWithAPIServerDown kills the announcing node while the API server is
 // stopped: the ccm's verdict reaches the standby on the probe channel, which takes over
-// without a watch event; once the API server is back, the annotations say what the
-// agents did.
+// without a watch event. The node comes back before the API server and takes nothing
+// back; once the API server is back, the new ccm adopts what the agents did and the
+// annotations say so.
 func TestNodeDeathWithAPIServerDown(t *testing.T) {
 	cp := controlplane.StartForTest(t)
 	c := newClusterOn(t, cp, 3)
@@ -177,6 +178,20 @@ func TestNodeDeathWithAPIServerDown(t *testing.T) {
 		stopClients()
 		t.Fatal("the ccm still runs 15 s after the API server stopped")
 	}
+	// The dead node comes back while there is neither API server nor ccm, its agent
+	// still sure it announces: it asks its peers, learns that the standby stands in for
+	// it, and stands down, so that the addresses stay where the traffic went.
+	if err := c.Node(owner).SetLink(true); err != nil {
+		stopClients()
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.metric(t, c.Node(owner), `baremetal_agent_owned_addresses{family="IPv4"}`) == "0", nil
+	})
+	if err != nil {
+		stopClients()
+		t.Fatalf("the agent of %s still answers for its addresses 10 s after it came back with %s standing in", owner, standby)
+	}
 	if err := cp.RestartAPIServer(context.Background()); err != nil {
 		stopClients()
 		t.Fatal(err)
@@ -185,6 +200,9 @@ func TestNodeDeathWithAPIServerDown(t *testing.T) {
 	c.waitAnnouncer(t, svc, standby, 30*time.Second)
 	time.Sleep(500 * time.Millisecond) // a window of traffic after the adoption, five probe intervals
 	outage(t, clients, addrs, died, standby, 2*time.Second)
+	if _, err := c.WaitSettled(context.Background()); err != nil {
+		t.Errorf("after the adoption: %v", err) // every agent up again: nothing is held
+	}
 }
 
 // TestLeaderChangeMovesNothing kills the leading ccm of two, with every node healthy: the
