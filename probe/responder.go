@@ -28,10 +28,10 @@ type Responder struct {
 	newest struct{ instance, counter uint64 }
 	// newestVerdict is the verdict the newest ccm request said its ccm is at.
 	newestVerdict VerdictRef
-	verdict    Verdict
-	covers     []string
-	standsDown bool
-	onVerdict  func()
+	verdict       Verdict
+	covers        []string
+	standsDown    bool
+	onVerdict     func()
 
 	requests, replies, malformed, unauthenticated, limited, verdicts, staleVerdicts atomic.Uint64
 }
