@@ -46,11 +46,13 @@ func startServiceController(initContext app.ControllerInitContext, completed *cl
 	}
 }
 
-// withoutAnnouncer is an informer transform that drops the announcer annotation, and the
-// managedFields the service controller never reads.
+// withoutAnnouncer is an informer transform that drops the announcer's annotations (the
+// plan is not the load balancer), and the managedFields the service controller never
+// reads.
 func withoutAnnouncer(obj any) (any, error) {
 	if svc, ok := obj.(*v1.Service); ok {
 		delete(svc.Annotations, annotation.Announcer)
+		delete(svc.Annotations, annotation.Standbys)
 	}
 	return provider.StripManagedFields(obj)
 }
