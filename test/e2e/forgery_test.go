@@ -66,8 +66,12 @@ func TestForgedProbes(t *testing.T) {
 	}
 
 	t.Run("verdicts", func(t *testing.T) {
-		unauth := c.metricValue(t, owner, `baremetal_agent_probes_total{outcome="unauthenticated"}`)
-		stale := c.metricValue(t, owner, `baremetal_agent_verdicts_total{result="stale"}`)
+		counts := func() (unauth, stale, taken float64) {
+			return c.metricValue(t, owner, `baremetal_agent_probes_total{outcome="unauthenticated"}`),
+				c.metricValue(t, owner, `baremetal_agent_verdicts_total{result="stale"}`),
+				c.metricValue(t, owner, `baremetal_agent_verdicts_total{result="taken"}`)
+		}
+		unauth, stale, taken := counts()
 		forged, err := otherKey.AppendVerdict(nil, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: ^uint64(0), Seq: 1}, Down: []string{owner.Label}})
 		if err != nil {
 			t.Fatal(err)
@@ -79,17 +83,22 @@ func TestForgedProbes(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.sendFrom(t, attacker, forged, replayed)
+		// Known state first: the agent has handled both, whatever it made of them.
+		var u, st, tk float64
 		err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			return c.metricValue(t, owner, `baremetal_agent_probes_total{outcome="unauthenticated"}`) > unauth &&
-				c.metricValue(t, owner, `baremetal_agent_verdicts_total{result="stale"}`) > stale, nil
+			u, st, tk = counts()
+			return u > unauth && st+tk > stale+taken, nil
 		})
 		if err != nil {
-			t.Fatal("the owner's agent did not count the forged and the replayed verdict")
+			t.Fatal("the owner's agent did not receive the forged and the replayed verdict")
 		}
-		c.waitSteady(t, addrs[0], owner.Label)
+		if tk > taken {
+			t.Errorf("the owner's agent took %v verdicts from the impostor", tk-taken)
+		}
 		if got := c.metric(t, owner, "baremetal_agent_down_nodes"); got != "0" {
 			t.Errorf("%s takes %s nodes for down after the forged verdicts, want 0", owner.Label, got)
 		}
+		c.waitSteady(t, addrs[0], owner.Label)
 	})
 
 	t.Run("replies", func(t *testing.T) {
