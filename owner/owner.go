@@ -120,9 +120,11 @@ func Select(g Group, nodes []Node) Decision {
 }
 
 // Rank orders the nodes that may announce g's address, best first, and says why the first
-// is first: the first is Select's choice, the rest, in order, are its standbys. Removing
-// any node from nodes leaves the order of the others as it was, so that the standbys of a
-// dead announcer take over in the order the ccm published, whoever applies it.
+// is first: the first is Select's choice, the rest, in order, are its standbys. While the
+// current announcer is a candidate, removing any node from nodes leaves the order of the
+// others as it was, so the standbys of a dead announcer take over in the order the ccm
+// published. Once it is not, the first node of g.Plan among the best candidates moves to
+// the front, the others keeping their order: the node the agents chose on their own.
 func Rank(g Group, nodes []Node) ([]string, Reason) {
 	var eligible []string
 	for _, n := range nodes {

@@ -278,7 +278,11 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	r.StandsDown = flags&flagStandsDown != 0
 	r.Node = d.name()
 	r.Verdict = VerdictRef{Instance: d.uint64(), Seq: d.uint64()}
-	for m := int(d.byte()); m > 0 && d.err == nil; m-- {
+	m := int(d.byte())
+	if m > MaxCovers && d.err == nil {
+		d.err = fmt.Errorf("%w: a reply covering %d nodes, at most %d", ErrFormat, m, MaxCovers)
+	}
+	for ; m > 0 && d.err == nil; m-- {
 		r.Covers = append(r.Covers, d.name())
 	}
 	if err := d.end("reply"); err != nil {
@@ -346,8 +350,8 @@ func (d *decoder) uint16() uint16 { return binary.BigEndian.Uint16(d.take(2)) }
 func (d *decoder) uint64() uint64 { return binary.BigEndian.Uint64(d.take(8)) }
 func (d *decoder) name() string {
 	n := int(d.byte())
-	if n == 0 && d.err == nil {
-		d.err = fmt.Errorf("%w: empty node name in a datagram of %d bytes", ErrFormat, d.size)
+	if (n == 0 || n > maxNodeName) && d.err == nil {
+		d.err = fmt.Errorf("%w: node name of %d bytes in a datagram of %d, want 1 to %d", ErrFormat, n, d.size, maxNodeName)
 	}
 	return string(d.take(n))
 }

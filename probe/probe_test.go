@@ -134,11 +134,13 @@ func TestParseErrors(t *testing.T) {
 		{"no state", sealed(header), "datagram of 28 bytes ends inside a field"},
 		{"state", sealed(header, []byte{3, 0, 2, 'n', '1'}, noVerdict, []byte{0}), "unknown state(3)"},
 		{"no flags", sealed(header, []byte{1}), "datagram of 29 bytes ends inside a field"},
-		{"empty name", sealed(header, []byte{1, 0, 0}, noVerdict, []byte{0}), "empty node name"},
+		{"empty name", sealed(header, []byte{1, 0, 0}, noVerdict, []byte{0}), "node name of 0 bytes"},
 		{"truncated name", sealed(header, []byte{1, 0, 2, 'n'}), "datagram of 32 bytes ends inside a field"},
 		{"no covers count", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict), "ends inside a field"},
 		{"truncated covers", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{2, 1, 'a'}), "ends inside a field"},
 		{"extra byte", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0, 0}), "1 bytes after the end of a reply"},
+		{"too many covers", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{MaxCovers + 1}), "covering 33 nodes, at most 32"},
+		{"long name", sealed(header, []byte{1, 0, 254}, bytes.Repeat([]byte{'a'}, 254), noVerdict, []byte{0}), "node name of 254 bytes"},
 	} {
 		_, err := testKey.ParseReply(tc.b)
 		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), tc.want) {

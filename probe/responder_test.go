@@ -95,22 +95,28 @@ func TestResponderTakesOnlyFreshRequestsAsLife(t *testing.T) {
 	if got := p.r.LastCCM(); !got.IsZero() {
 		t.Fatalf("after an agent's request, LastCCM = %v, want zero", got)
 	}
-	p.ask(t, Request{Nonce: 2, Sender: FromCCM, Instance: 10, Counter: 5})
+	p.ask(t, Request{Nonce: 2, Sender: FromCCM, Instance: 10, Counter: 5, Verdict: 3})
 	first := p.r.LastCCM()
 	if first.IsZero() {
 		t.Fatal("a fresh ccm request left LastCCM zero")
 	}
+	if got, want := p.r.CCMVerdict(), (VerdictRef{Instance: 10, Seq: 3}); got != want {
+		t.Errorf("CCMVerdict = %+v, want %+v", got, want)
+	}
 	for _, stale := range []Request{
-		{Nonce: 3, Sender: FromCCM, Instance: 10, Counter: 5},   // replayed
-		{Nonce: 4, Sender: FromCCM, Instance: 10, Counter: 4},   // late
-		{Nonce: 5, Sender: FromCCM, Instance: 9, Counter: 1000}, // an older ccm
-		{Nonce: 6, Sender: FromAgent, Instance: 11, Counter: 1},
+		{Nonce: 3, Sender: FromCCM, Instance: 10, Counter: 5, Verdict: 4},   // replayed
+		{Nonce: 4, Sender: FromCCM, Instance: 10, Counter: 4, Verdict: 4},   // late
+		{Nonce: 5, Sender: FromCCM, Instance: 9, Counter: 1000, Verdict: 4}, // an older ccm
+		{Nonce: 6, Sender: FromAgent, Instance: 11, Counter: 1, Verdict: 4},
 	} {
 		if got := p.ask(t, stale); got.Nonce != stale.Nonce {
 			t.Errorf("%+v: reply %+v", stale, got)
 		}
 		if got := p.r.LastCCM(); !got.Equal(first) {
 			t.Errorf("%+v moved LastCCM from %v to %v", stale, first, got)
+		}
+		if got := p.r.CCMVerdict(); got.Seq != 3 {
+			t.Errorf("%+v moved CCMVerdict to %+v", stale, got)
 		}
 	}
 	p.ask(t, Request{Nonce: 7, Sender: FromCCM, Instance: 10, Counter: 6})
@@ -192,8 +198,8 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 	}
 }
 
-// TestResponderCovers checks what replies say the agent stands in for: only valid names,
-// and no more than fit.
+// TestResponderCovers checks what replies say the agent stands in for (only valid names,
+// and no more than fit), and whether it stands down.
 func TestResponderCovers(t *testing.T) {
 	p := newTestPeer(t)
 	covers := []string{"", strings.Repeat("a", 254)}
@@ -209,6 +215,13 @@ func TestResponderCovers(t *testing.T) {
 	p.r.SetCovers(nil)
 	if got := p.ask(t, Request{Nonce: 2, Sender: FromCCM, Instance: 1, Counter: 2}).Covers; len(got) != 0 {
 		t.Errorf("reply covers %q after SetCovers(nil)", got)
+	}
+	if p.ask(t, Request{Nonce: 3, Sender: FromAgent}).StandsDown {
+		t.Error("a new responder's reply says it stands down")
+	}
+	p.r.SetStandsDown(true)
+	if !p.ask(t, Request{Nonce: 4, Sender: FromAgent}).StandsDown {
+		t.Error("after SetStandsDown(true), the reply does not say so")
 	}
 }
 

@@ -64,9 +64,8 @@ type Prober struct {
 	sender      probe.Sender
 	nodes       corelisters.NodeLister
 	nodesSynced cache.InformerSynced
-	// instance and counter stamp the ccm's requests (package probe).
-	instance uint64
-	counter  atomic.Uint64
+	// counter stamps the ccm's requests (package probe), with mu's instance.
+	counter atomic.Uint64
 
 	mu        sync.Mutex
 	ctx       context.Context // Run's; nil before Run
@@ -78,6 +77,8 @@ type Prober struct {
 	pending map[string]bool
 	// targets limits the nodes probed; nil probes every node.
 	targets map[string]bool
+	// instance is the time Run started, stamped on the ccm's requests and verdicts.
+	instance uint64
 	// verdict is the verdict sent; its Seq is 0 until the prober has synced.
 	verdict probe.Verdict
 	// replaced are the nodes the announcer moved addresses away from while they were
@@ -321,6 +322,7 @@ func (p *Prober) syncNode(obj any) {
 	if !ok {
 		klog.InfoS("Node has no InternalIP to probe its agent at; it announces nothing", "node", n.Name)
 		delete(p.pending, n.Name)
+		p.decideLocked() // it may have been the last one the first verdict waited for
 		return
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
@@ -455,9 +457,9 @@ func (p *Prober) request(nonce uint64) probe.Request {
 		return probe.Request{Nonce: nonce, Sender: p.sender}
 	}
 	p.mu.Lock()
-	seq := p.verdict.Seq
+	seq, instance := p.verdict.Seq, p.instance
 	p.mu.Unlock()
-	return probe.Request{Nonce: nonce, Sender: p.sender, Instance: p.instance, Counter: p.counter.Add(1), Verdict: seq}
+	return probe.Request{Nonce: nonce, Sender: p.sender, Instance: instance, Counter: p.counter.Add(1), Verdict: seq}
 }
 
 // appendVerdict appends the verdict to send to b, or returns nil when there is none yet.

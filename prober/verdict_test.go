@@ -240,6 +240,16 @@ func TestAgentProberIsNoCCM(t *testing.T) {
 	if v, held := p.Verdict(), rA.Verdict(); v.Seq != 0 || held.Seq != 0 {
 		t.Errorf("an agent's prober made verdict %+v; the peer holds %+v", v, held)
 	}
+	// What a peer says it stands in for is what an agent checks, not a ccm's verdict.
+	drain(changes)
+	rA.SetCovers([]string{"node-x"})
+	waitChange(t, changes, "node-a", 2*time.Second)
+	if got := p.CoveredBy("node-x"); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("CoveredBy(node-x) = %v, want node-a", got)
+	}
+	if got := p.Health("node-x"); got != Down {
+		t.Errorf("node-x, no node of the cluster, is %v", got)
+	}
 
 	// All nodes, then none.
 	p.SetTargets(nil)

@@ -102,6 +102,8 @@ func Metrics() []metrics.Registerable {
 // peers, for probes every cfg.ProbeInterval.
 func New(node string, cfg config.Failover, responder Responder, peers Peers) *Standby {
 	s := &Standby{node: node, interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, peerSet: map[string]bool{}, unconfirmed: time.Now()}
+	// Unconfirmed from the start: the replies say so, for a new leader to see.
+	responder.SetStandsDown(true)
 	responder.OnVerdict(s.takeVerdict)
 	peers.OnChange(s.peerChanged)
 	peers.SetTargets(map[string]bool{})

@@ -18,7 +18,8 @@ import (
 type fakeResponder struct {
 	mu         sync.Mutex
 	verdict    probe.Verdict
-	heard      bool // a ccm is heard: LastCCM is now
+	heard      bool             // a ccm is heard: LastCCM is now
+	ccm        probe.VerdictRef // the verdict the ccm's requests say it is at
 	covers     []string
 	standsDown bool
 	onVerdict  func()
@@ -37,6 +38,12 @@ func (r *fakeResponder) LastCCM() time.Time {
 		return time.Now()
 	}
 	return time.Time{}
+}
+
+func (r *fakeResponder) CCMVerdict() probe.VerdictRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ccm
 }
 
 func (r *fakeResponder) OnVerdict(f func()) { r.onVerdict = f }
@@ -67,8 +74,8 @@ func (r *fakeResponder) setHeard(heard bool) {
 	r.heard = heard
 }
 
-// take holds v and calls the callback, as the probe responder does with any verdict,
-// newer or not: Standby must judge for itself.
+// take holds a verdict of seq and calls the callback, as the probe responder does with
+// any verdict, newer or not: Standby must judge for itself.
 func (r *fakeResponder) take(seq uint64, down ...string) {
 	r.mu.Lock()
 	r.verdict = probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 1, Seq: seq}, Down: down}
@@ -76,12 +83,22 @@ func (r *fakeResponder) take(seq uint64, down ...string) {
 	r.onVerdict()
 }
 
+// fromCCM is a verdict of a ccm that is heard and says it is at that verdict: taking it
+// confirms where the agent stands.
+func (r *fakeResponder) fromCCM(seq uint64, down ...string) {
+	r.mu.Lock()
+	r.heard, r.ccm = true, probe.VerdictRef{Instance: 1, Seq: seq}
+	r.mu.Unlock()
+	r.take(seq, down...)
+}
+
 // fakePeers is a Peers whose health the test sets, recording what Standby asks of it.
 type fakePeers struct {
 	mu        sync.Mutex
 	health    map[string]prober.State
 	coveredBy map[string][]string // the peers that say they stand in for a node
-	targets   []map[string]bool   // every SetTargets, in order
+	agents    map[string]prober.Agent
+	targets   []map[string]bool // every SetTargets, in order
 	listeners []func(string)
 	running   atomic.Int32 // Runs under way
 	runs      atomic.Int32 // Runs started
@@ -106,18 +123,10 @@ func (p *fakePeers) CoveredBy(node string) []string {
 	return p.coveredBy[node]
 }
 
-// cover makes peer say it stands in for node, and tells the listeners of peer, as the
-// prober does when peer's reply says so.
-func (p *fakePeers) cover(peer, node string) {
+func (p *fakePeers) Agents() map[string]prober.Agent {
 	p.mu.Lock()
-	if p.coveredBy == nil {
-		p.coveredBy = map[string][]string{}
-	}
-	p.coveredBy[node] = append(p.coveredBy[node], peer)
-	p.mu.Unlock()
-	for _, f := range p.listeners {
-		f(peer)
-	}
+	defer p.mu.Unlock()
+	return maps.Clone(p.agents)
 }
 
 func (p *fakePeers) OnChange(f func(string)) { p.listeners = append(p.listeners, f) }
@@ -143,6 +152,37 @@ func (p *fakePeers) set(node string, s prober.State) {
 	}
 	p.health[node] = s
 	p.mu.Unlock()
+	p.tell(node)
+}
+
+// cover makes peer say it stands in for node, and tells the listeners of peer, as the
+// prober does when peer's reply says so.
+func (p *fakePeers) cover(peer, node string) {
+	p.mu.Lock()
+	if p.coveredBy == nil {
+		p.coveredBy = map[string][]string{}
+	}
+	p.coveredBy[node] = append(p.coveredBy[node], peer)
+	p.mu.Unlock()
+	p.tell(peer)
+}
+
+// probed records a probe of node now, answered or not, as Agents reports it.
+func (p *fakePeers) probed(node string, answered bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.agents == nil {
+		p.agents = map[string]prober.Agent{}
+	}
+	a := p.agents[node]
+	a.LastProbe = time.Now()
+	if answered {
+		a.LastAnswer = a.LastProbe
+	}
+	p.agents[node] = a
+}
+
+func (p *fakePeers) tell(node string) {
 	for _, f := range p.listeners {
 		f(node)
 	}
@@ -180,41 +220,63 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // downs returns the nodes s takes for down, sorted.
 func downs(s *Standby) []string { return slices.Sorted(maps.Keys(s.Snapshot())) }
 
+// TestUnconfirmedUntilTheCCMsVerdict checks that an agent that starts takes itself for
+// down until it holds the verdict the ccm is at: others may have taken its addresses.
+func TestUnconfirmedUntilTheCCMsVerdict(t *testing.T) {
+	s, r, _, notified := newTest(t)
+	if got := downs(s); !slices.Equal(got, []string{"self"}) {
+		t.Fatalf("a fresh agent takes %v for down, want itself", got)
+	}
+	// The ccm's requests say it is at a later verdict than the one taken.
+	r.setHeard(true)
+	r.mu.Lock()
+	r.ccm = probe.VerdictRef{Instance: 1, Seq: 2}
+	r.mu.Unlock()
+	r.take(1, "a")
+	if got := downs(s); !slices.Equal(got, []string{"a", "self"}) || !r.stoodDown() {
+		t.Errorf("holding an older verdict than the ccm's: down %v, stands down %v; want a and itself", got, r.stoodDown())
+	}
+	before := notified.Load()
+	r.fromCCM(2, "a")
+	if got := downs(s); !slices.Equal(got, []string{"a"}) || r.stoodDown() || notified.Load() == before {
+		t.Errorf("holding the ccm's verdict: down %v, stands down %v, notified %v", got, r.stoodDown(), notified.Load() > before)
+	}
+}
+
 func TestVerdictReplacesTheDownNodes(t *testing.T) {
 	s, r, p, notified := newTest(t)
 	if got := p.lastTargets(); got == nil || len(got) != 0 {
 		t.Errorf("New set targets %v, want none probed", got)
 	}
-	r.take(1, "a", "b")
-	if got := downs(s); !slices.Equal(got, []string{"a", "b"}) || !s.Down("a") || s.Down("c") || notified.Load() != 1 {
-		t.Fatalf("after a verdict of a, b: down %v, notified %d times", got, notified.Load())
+	r.fromCCM(1, "a", "b")
+	if got := downs(s); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("after a verdict of a, b: down %v", got)
 	}
-	r.take(2, "b")
-	if got := downs(s); !slices.Equal(got, []string{"b"}) || notified.Load() != 2 {
-		t.Errorf("after a verdict of b: down %v, notified %d times, want 2", got, notified.Load())
+	n := notified.Load()
+	r.fromCCM(2, "b")
+	if got := downs(s); !slices.Equal(got, []string{"b"}) || notified.Load() == n {
+		t.Errorf("after a verdict of b: down %v, notified %v", got, notified.Load() > n)
 	}
-	r.take(3, "b") // newer, but the same nodes: nothing to tell
-	if notified.Load() != 2 {
+	n = notified.Load()
+	r.fromCCM(3, "b") // newer, but the same nodes: nothing to tell
+	if notified.Load() != n {
 		t.Errorf("a verdict changing nothing notified")
 	}
 	r.take(1, "a") // older than the one taken
-	if got := downs(s); !slices.Equal(got, []string{"b"}) || notified.Load() != 2 {
+	if got := downs(s); !slices.Equal(got, []string{"b"}) || notified.Load() != n {
 		t.Errorf("an older verdict was taken: down %v", got)
 	}
-	if r.stoodDown() {
-		t.Error("replies say the agent stands down, though no verdict names it")
+	r.fromCCM(4, "b", "self")
+	if got := downs(s); !slices.Equal(got, []string{"b", "self"}) || !r.stoodDown() {
+		t.Errorf("a verdict naming this node: down %v, stands down %v", got, r.stoodDown())
 	}
-	r.take(4, "b", "self")
-	if !s.Down("self") || !r.stoodDown() {
-		t.Error("a verdict naming this node: its replies do not say it stands down")
-	}
-	r.take(5)
-	if s.Down("self") || r.stoodDown() {
-		t.Error("a verdict no longer naming this node: its replies still say it stands down")
+	r.fromCCM(5)
+	if got := downs(s); len(got) != 0 || r.stoodDown() {
+		t.Errorf("a verdict naming no one: down %v, stands down %v", got, r.stoodDown())
 	}
 	snap := s.Snapshot()
 	snap["x"] = true
-	if s.Down("x") {
+	if s.Snapshot()["x"] {
 		t.Error("Snapshot is not a copy")
 	}
 	s.SetCovers([]string{"a"})
@@ -223,108 +285,16 @@ func TestVerdictReplacesTheDownNodes(t *testing.T) {
 	}
 }
 
-// TestSilenceChecksThePeers checks that the peers are probed while, and only while, no
-// ccm is heard, and then only the other nodes of this one's plans.
-func TestSilenceChecksThePeers(t *testing.T) {
-	s, r, p, _ := newTest(t)
-	s.SetPeers([]string{"a", "b"})
-	if got := p.lastTargets(); len(got) != 0 {
-		t.Errorf("SetPeers with a ccm heard set targets %v", got)
+// TestUnconfirm checks an agent that lost an interface: it may have been cut off, so it
+// takes itself for down until the ccm's verdict confirms where it stands again.
+func TestUnconfirm(t *testing.T) {
+	s, r, _, notified := newTest(t)
+	r.fromCCM(1, "a")
+	n := notified.Load()
+	s.Unconfirm()
+	if got := downs(s); !slices.Equal(got, []string{"a", "self"}) || !r.stoodDown() || notified.Load() == n {
+		t.Fatalf("after Unconfirm: down %v, stands down %v, notified %v", got, r.stoodDown(), notified.Load() > n)
 	}
-	run(t, s) // no ccm heard yet
-	eventually(t, "the peers probed", func() bool { return p.running.Load() == 1 })
-	if got := p.lastTargets(); !maps.Equal(got, map[string]bool{"a": true, "b": true}) {
-		t.Errorf("targets %v, want a and b", got)
-	}
-	s.SetPeers([]string{"c"})
-	if got := p.lastTargets(); !maps.Equal(got, map[string]bool{"c": true}) {
-		t.Errorf("after SetPeers(c) while silent, targets %v", got)
-	}
-
-	r.setHeard(true)
-	eventually(t, "the peers no longer probed", func() bool { return p.running.Load() == 0 })
-	if got := p.lastTargets(); len(got) != 0 {
-		t.Errorf("with a ccm heard again, targets %v, want none", got)
-	}
-	r.setHeard(false)
-	eventually(t, "the peers probed again", func() bool { return p.runs.Load() == 2 && p.running.Load() == 1 })
-}
-
-func TestPeerFoundDownWhileSilent(t *testing.T) {
-	s, _, p, notified := newTest(t)
-	s.SetPeers([]string{"a", "b"})
-	run(t, s)
-	eventually(t, "the peers probed", func() bool { return p.running.Load() == 1 })
-	p.set("b", prober.Up)
-	p.set("a", prober.Down)
-	if !s.Down("a") || s.Down("b") || notified.Load() != 1 {
-		t.Fatalf("a found down: down %v, notified %d times", downs(s), notified.Load())
-	}
-	p.set("a", prober.Down) // told again
-	if notified.Load() != 1 {
-		t.Error("a peer already down notified again")
-	}
-	// Back up, it stays down until a ccm says otherwise.
-	p.set("a", prober.Up)
-	if !s.Down("a") {
-		t.Error("a peer that came back was taken for up without a ccm")
-	}
-}
-
-func TestPeerFoundDownWhileHeardIsIgnored(t *testing.T) {
-	s, r, p, notified := newTest(t)
-	s.SetPeers([]string{"a"})
-	p.set("a", prober.Down) // before any silence
-	if s.Down("a") || notified.Load() != 0 {
-		t.Fatalf("a peer found down with a ccm heard: down %v, notified %d", downs(s), notified.Load())
-	}
-	// Silent, then heard again: the peers' word counts no more.
-	run(t, s)
-	eventually(t, "the peers probed", func() bool { return p.running.Load() == 1 })
-	r.setHeard(true)
-	eventually(t, "the peers no longer probed", func() bool { return p.running.Load() == 0 })
-	p.set("a", prober.Down)
-	if s.Down("a") || notified.Load() != 0 {
-		t.Errorf("a peer found down after a ccm was heard again: down %v, notified %d", downs(s), notified.Load())
-	}
-}
-
-func TestNewerVerdictClearsPeersFoundDown(t *testing.T) {
-	s, r, p, notified := newTest(t)
-	s.SetPeers([]string{"a", "b"})
-	run(t, s)
-	eventually(t, "the peers probed", func() bool { return p.running.Load() == 1 })
-	p.set("a", prober.Down)
-	if !s.Down("a") {
-		t.Fatal("a not taken for down")
-	}
-	r.take(1, "b")
-	if got := downs(s); !slices.Equal(got, []string{"b"}) || notified.Load() != 2 {
-		t.Errorf("after a verdict of b: down %v, notified %d times, want b and 2", got, notified.Load())
-	}
-}
-
-// TestCoveredWhileSilentStandsDown checks an agent a peer stands in for while no ccm is
-// heard, as after this node was cut off: it takes itself for down and says so, so that
-// two nodes do not announce one address, until a ccm's verdict says otherwise.
-func TestCoveredWhileSilentStandsDown(t *testing.T) {
-	s, r, p, notified := newTest(t)
-	p.cover("a", "self") // a ccm heard: that is the ccm's to judge
-	if s.Down("self") || r.stoodDown() || notified.Load() != 0 {
-		t.Fatalf("covered with a ccm heard: down %v, stands down %v", downs(s), r.stoodDown())
-	}
-	s.SetPeers([]string{"a"})
-	run(t, s)
-	eventually(t, "the peers probed", func() bool { return p.running.Load() == 1 })
-	p.set("a", prober.Up) // a's next reply still says it covers this node
-	if !s.Down("self") || !r.stoodDown() || notified.Load() != 1 {
-		t.Fatalf("covered while silent: down %v, stands down %v, notified %d", downs(s), r.stoodDown(), notified.Load())
-	}
-	if s.Down("a") {
-		t.Error("the peer that answers was taken for down")
-	}
-	r.take(1)
-	if s.Down("self") || r.stoodDown() {
-		t.Errorf("a verdict naming no one: down %v, stands down %v", downs(s), r.stoodDown())
-	}
+	run(t, s) // the ccm, heard, is at the verdict held
+	eventually(t, "the agent confirmed again", func() bool { return !s.Snapshot()["self"] && !r.stoodDown() })
 }

@@ -80,8 +80,8 @@ func benchNodeDeath(b *testing.B) ([]row, string) {
 		rows = append(rows, row{
 			name:    "node death, " + family(addr),
 			outages: durations(results),
-			detail: fmt.Sprintf("median trial %s → %s: down after %.1f ms, verdict sent +%.1f ms, announced +%.1f ms, patch acknowledged +%.1f ms, first good request +%.1f ms",
-				m.from, m.to, ms(since(m.detected, m.injected)), ms(since(m.verdict, m.detected)), ms(since(m.announced, m.detected)),
+			detail: fmt.Sprintf("median trial %s → %s: down after %.1f ms, verdict sent %.1f ms later, announced +%.1f ms, patch acknowledged +%.1f ms, first good request +%.1f ms",
+				m.from, m.to, ms(since(m.detected, m.injected)), max(0, ms(since(m.verdict, m.detected))), ms(since(m.announced, m.detected)),
 				ms(since(m.patched, m.detected)), ms(since(m.firstGood, m.announced))),
 		})
 	}
