@@ -1,0 +1,175 @@
+package prober
+
+import (
+	"maps"
+	"slices"
+
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// adoptedLocked reports whether node's agent and another agent agree that the other
+// stands in for it: while no ccm was heard, the other took its addresses over and it
+// stood down. A new leader keeps it so, as the announcer keeps what it moved itself.
+// Neither side alone is taken at its word: an agent that was cut off took its
+// unreachable peers for down, and must move nothing once it is back.
+func (p *Prober) adoptedLocked(node string) bool {
+	a := p.agents[node]
+	return a != nil && a.standsDown && p.covered[node] > 0
+}
+
+// CoveredBy returns the agents whose last reply said they stand in for node, sorted.
+func (p *Prober) CoveredBy(node string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for name, a := range p.agents {
+		if slices.Contains(a.covers, node) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SetReplaced sets the nodes the announcer moved addresses away from while they were down
+// and that the annotations still name: they stay in the verdict, and Replaced, while they
+// answer, so that no address goes back to them before the annotations say where it is.
+func (p *Prober) SetReplaced(nodes map[string]bool) {
+	p.mu.Lock()
+	if maps.Equal(nodes, p.replaced) {
+		p.mu.Unlock()
+		return
+	}
+	var changed []string
+	for n := range nodes {
+		if !p.replaced[n] {
+			changed = append(changed, n)
+		}
+	}
+	for n := range p.replaced {
+		if !nodes[n] {
+			changed = append(changed, n)
+		}
+	}
+	p.replaced = maps.Clone(nodes)
+	p.decideLocked()
+	listeners := p.listeners
+	p.mu.Unlock()
+	p.notify(listeners, changed)
+}
+
+// Verdict returns the verdict sent to the agents; its Seq is 0 before the first.
+func (p *Prober) Verdict() probe.Verdict {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.verdict
+}
+
+// appendVerdict appends the verdict to send to b, or returns nil when there is none yet.
+func (p *Prober) appendVerdict(b []byte) []byte {
+	p.mu.Lock()
+	v := p.verdict
+	p.mu.Unlock()
+	if v.Seq == 0 {
+		return nil
+	}
+	b, err := p.key.AppendVerdict(b, v)
+	if err != nil {
+		klog.ErrorS(err, "Cannot send the verdict", "down", len(v.Down))
+		return nil
+	}
+	return b
+}
+
+// answered takes what an agent's reply says of the verdict, of itself and of the nodes
+// it stands in for, and reports whether the agent should be sent the verdict again.
+func (p *Prober) answered(node string, a *agentProbe, r probe.Reply) bool {
+	slices.Sort(r.Covers)
+	p.mu.Lock()
+	if p.agents[node] != a || slices.Equal(a.covers, r.Covers) && a.standsDown == r.StandsDown {
+		stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
+		p.mu.Unlock()
+		return stale
+	}
+	klog.V(2).InfoS("Agent stands in for other nodes", "node", node, "covers", r.Covers, "standsDown", r.StandsDown, "before", a.covers)
+	touched := append(slices.Clone(a.covers), r.Covers...)
+	touched = append(touched, node)
+	before := p.healthOf(touched)
+	p.setCoversLocked(a, r.Covers)
+	a.standsDown = r.StandsDown
+	changed := []string{node} // its peers' covers are news to an agent's own prober
+	for n, s := range before {
+		if n != node && p.healthLocked(n) != s {
+			changed = append(changed, n)
+		}
+	}
+	p.decideLocked()
+	stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
+	listeners := p.listeners
+	p.mu.Unlock()
+	p.notify(listeners, changed)
+	return stale
+}
+
+// setCoversLocked records what an agent stands in for.
+func (p *Prober) setCoversLocked(a *agentProbe, covers []string) {
+	for _, n := range a.covers {
+		if p.covered[n]--; p.covered[n] <= 0 {
+			delete(p.covered, n)
+		}
+	}
+	for _, n := range covers {
+		p.covered[n]++
+	}
+	a.covers = covers
+}
+
+func (p *Prober) healthOf(nodes []string) map[string]State {
+	out := map[string]State{}
+	for _, n := range nodes {
+		out[n] = p.healthLocked(n)
+	}
+	return out
+}
+
+// decideLocked makes the verdict anew: the nodes whose agent is down, or replaced. A
+// changed verdict is sent to every agent at once. Before the prober has synced there is
+// no verdict: the agents keep the one they hold.
+func (p *Prober) decideLocked() {
+	if p.sender != probe.FromCCM || p.ctx == nil || len(p.pending) > 0 {
+		return
+	}
+	var down []string
+	for name, a := range p.agents {
+		if a.state == Down || p.replaced[name] || p.adoptedLocked(name) {
+			down = append(down, name)
+		}
+	}
+	slices.Sort(down)
+	if p.verdict.Seq != 0 && slices.Equal(down, p.verdict.Down) {
+		return
+	}
+	p.verdict = probe.Verdict{VerdictRef: probe.VerdictRef{Instance: p.instance, Seq: p.verdict.Seq + 1}, Down: down}
+	verdictDown.Set(float64(len(down)))
+	klog.V(2).InfoS("Verdict changed", "seq", p.verdict.Seq, "down", few(down))
+	for _, a := range p.agents {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// few returns at most 10 names, for logs.
+func few(names []string) []string { return names[:min(len(names), 10)] }
+
+// notify tells the listeners of the nodes whose health changed.
+func (p *Prober) notify(listeners []func(string), nodes []string) {
+	for _, n := range nodes {
+		for _, f := range listeners {
+			f(n)
+		}
+	}
+}
