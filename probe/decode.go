@@ -1,0 +1,138 @@
+package probe
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// ParseRequest decodes an authenticated request. A datagram that is not one of this
+// version is an ErrFormat; one whose code does not check, ErrAuth.
+func (k *Key) ParseRequest(b []byte) (Request, error) {
+	d, err := k.decoder(b, typeRequest)
+	if err != nil {
+		return Request{}, err
+	}
+	r := Request{Nonce: d.uint64(), Sender: Sender(d.byte()), Instance: d.uint64(), Counter: d.uint64(), Verdict: d.uint64()}
+	if err := d.end("request"); err != nil {
+		return Request{}, err
+	}
+	if r.Sender != FromCCM && r.Sender != FromAgent {
+		return Request{}, fmt.Errorf("%w: unknown sender %d", ErrFormat, r.Sender)
+	}
+	return r, nil
+}
+
+// ParseReply decodes an authenticated reply.
+func (k *Key) ParseReply(b []byte) (Reply, error) {
+	d, err := k.decoder(b, typeReply)
+	if err != nil {
+		return Reply{}, err
+	}
+	r := Reply{Nonce: d.uint64(), State: State(d.byte())}
+	flags := d.byte()
+	r.StandsDown = flags&flagStandsDown != 0
+	r.Node = d.name()
+	r.Verdict = VerdictRef{Instance: d.uint64(), Seq: d.uint64()}
+	m := int(d.byte())
+	if m > MaxCovers && d.err == nil {
+		d.err = fmt.Errorf("%w: a reply covering %d nodes, at most %d", ErrFormat, m, MaxCovers)
+	}
+	for ; m > 0 && d.err == nil; m-- {
+		r.Covers = append(r.Covers, d.name())
+	}
+	if err := d.end("reply"); err != nil {
+		return Reply{}, err
+	}
+	if r.State != Ready && r.State != Draining {
+		return Reply{}, fmt.Errorf("%w: unknown %v", ErrFormat, r.State)
+	}
+	return r, nil
+}
+
+// ParseVerdict decodes an authenticated verdict.
+func (k *Key) ParseVerdict(b []byte) (Verdict, error) {
+	d, err := k.decoder(b, typeVerdict)
+	if err != nil {
+		return Verdict{}, err
+	}
+	v := Verdict{VerdictRef: VerdictRef{Instance: d.uint64(), Seq: d.uint64()}}
+	for n := int(d.uint16()); n > 0 && d.err == nil; n-- {
+		v.Down = append(v.Down, d.name())
+	}
+	if err := d.end("verdict"); err != nil {
+		return Verdict{}, err
+	}
+	return v, nil
+}
+
+// IsVerdict reports whether b claims to be a verdict of this version: which Parse to call.
+func IsVerdict(b []byte) bool { return len(b) >= headerLen && b[3] == typeVerdict }
+
+// decoder checks b's header and code and returns a decoder of its body.
+func (k *Key) decoder(b []byte, typ byte) (*decoder, error) {
+	if err := checkHeader(b, typ); err != nil {
+		return nil, err
+	}
+	body, err := k.open(b)
+	if err != nil {
+		return nil, err
+	}
+	return &decoder{b: body[headerLen:], size: len(b)}, nil
+}
+
+// decoder reads the fields of an authenticated body; the first short read sets err and
+// makes every later read return zeros.
+type decoder struct {
+	b    []byte
+	size int
+	err  error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil || len(d.b) < n {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: datagram of %d bytes ends inside a field", ErrFormat, d.size)
+		}
+		return make([]byte, n)
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) byte() byte     { return d.take(1)[0] }
+func (d *decoder) uint16() uint16 { return binary.BigEndian.Uint16(d.take(2)) }
+func (d *decoder) uint64() uint64 { return binary.BigEndian.Uint64(d.take(8)) }
+func (d *decoder) name() string {
+	n := int(d.byte())
+	if (n == 0 || n > maxNodeName) && d.err == nil {
+		d.err = fmt.Errorf("%w: node name of %d bytes in a datagram of %d, want 1 to %d", ErrFormat, n, d.size, maxNodeName)
+	}
+	return string(d.take(n))
+}
+
+// end reports the first short read, or bytes left over: fields a later version adds come
+// after those of this one, but a datagram of this version has none.
+func (d *decoder) end(what string) error {
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) > 0 {
+		return fmt.Errorf("%w: %d bytes after the end of a %s", ErrFormat, len(d.b), what)
+	}
+	return nil
+}
+
+func checkHeader(b []byte, typ byte) error {
+	switch {
+	case len(b) < headerLen+macLen:
+		return fmt.Errorf("%w: %d bytes, want at least %d", ErrFormat, len(b), headerLen+macLen)
+	case b[0] != magic[0] || b[1] != magic[1]:
+		return fmt.Errorf("%w: magic %#x, want %#x", ErrFormat, b[:2], magic[:])
+	case b[2] != Version:
+		return fmt.Errorf("%w: version %d, want %d", ErrFormat, b[2], Version)
+	case b[3] != typ:
+		return fmt.Errorf("%w: type %d, want %d", ErrFormat, b[3], typ)
+	}
+	return nil
+}
