@@ -159,6 +159,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	responder.SetCacheVersion(watcher.CacheVersion)
 	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), probe.NewCollector(responder))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
 	legacyregistry.MustRegister(standby.Metrics()...)

@@ -58,8 +58,10 @@ type Health interface {
 	// HasSynced reports whether every agent there was at the start has a verdict.
 	HasSynced() bool
 	// SetReplaced sets the nodes the announcer moved addresses away from while their
-	// agents were down, and that the annotations still name.
-	SetReplaced(nodes map[string]bool)
+	// agents were down, each with the resourceVersion their agent's Service cache must
+	// reach before they may announce again (prober.Held while the annotations still
+	// name them).
+	SetReplaced(nodes map[string]uint64)
 }
 
 // Controller is the announcer controller. Its queue holds address groups, named
@@ -89,6 +91,10 @@ type Controller struct {
 	// them while their agents were down; heldBy counts the groups per node.
 	held   map[string][]string
 	heldBy map[string]int
+	// replaced is what SetReplaced was last given.
+	replaced map[string]uint64
+	// serviceVersion is the Service informer's LastSyncResourceVersion.
+	serviceVersion func() string
 }
 
 // New returns an announcer over the Services, EndpointSlices and Nodes of factory. It
@@ -115,6 +121,9 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 		patched: map[types.NamespacedName]patch{},
 		held:    map[string][]string{},
 		heldBy:  map[string]int{},
+
+		replaced:       map[string]uint64{},
+		serviceVersion: services.Informer().LastSyncResourceVersion,
 	}
 	c.cfg.Store(cfg)
 	utilruntime.Must(services.Informer().AddIndexers(cache.Indexers{byAddress: func(obj any) ([]string, error) {

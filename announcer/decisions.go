@@ -1,7 +1,9 @@
 package announcer
 
 import (
+	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
@@ -106,12 +108,16 @@ func (c *Controller) hold(key string, members []member, to string) {
 	changed := false
 	for _, n := range was {
 		if c.heldBy[n]--; c.heldBy[n] <= 0 {
+			// The annotations no longer name it: it may announce again once its agent
+			// has seen them, that is once its cache is where this one is now.
 			delete(c.heldBy, n)
+			c.replaced[n] = c.cacheVersion()
 			changed = true
 		}
 	}
 	for _, n := range nodes {
 		if c.heldBy[n]++; c.heldBy[n] == 1 {
+			c.replaced[n] = prober.Held
 			changed = true
 		}
 	}
@@ -120,17 +126,26 @@ func (c *Controller) hold(key string, members []member, to string) {
 	} else {
 		c.held[key] = nodes
 	}
-	var replaced map[string]bool
+	var replaced map[string]uint64
 	if changed {
-		replaced = map[string]bool{}
-		for n := range c.heldBy {
-			replaced[n] = true
+		// Released nodes whose agents caught up are Up again: forget them.
+		for n, v := range c.replaced {
+			if v != prober.Held && c.health.Health(n) == prober.Up {
+				delete(c.replaced, n)
+			}
 		}
+		replaced = maps.Clone(c.replaced)
 	}
 	c.mu.Unlock()
 	if changed {
 		c.health.SetReplaced(replaced)
 	}
+}
+
+// cacheVersion returns the resourceVersion the Service cache has reached, as a number.
+func (c *Controller) cacheVersion() uint64 {
+	v, _ := strconv.ParseUint(c.serviceVersion(), 10, 64)
+	return v
 }
 
 // forget drops what is known of a group that is gone, or that is decided under another

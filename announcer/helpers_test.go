@@ -45,7 +45,7 @@ type fakeHealth struct {
 	mu        sync.Mutex
 	states    map[string]prober.State
 	listeners []func(string)
-	replaced  map[string]bool // as the announcer last set them
+	replaced  map[string]uint64 // as the announcer last set them
 }
 
 func (h *fakeHealth) Health(node string) prober.State {
@@ -65,14 +65,14 @@ func (h *fakeHealth) OnChange(f func(string)) {
 
 func (h *fakeHealth) HasSynced() bool { return true }
 
-func (h *fakeHealth) SetReplaced(nodes map[string]bool) {
+func (h *fakeHealth) SetReplaced(nodes map[string]uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.replaced = nodes
 }
 
 // replacedNodes returns the nodes the announcer last held as replaced.
-func (h *fakeHealth) replacedNodes() map[string]bool {
+func (h *fakeHealth) replacedNodes() map[string]uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.replaced

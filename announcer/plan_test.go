@@ -184,3 +184,31 @@ func TestWithdrawnServiceLosesItsPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestReplacedUntilTheAnnotationsMoved checks the hold on a node that went down: while the
+// annotations still name it, it is held (prober.Held), and once they name the standby it
+// is released at the cache's version, which its agent must reach before it announces
+// again.
+func TestReplacedUntilTheAnnotationsMoved(t *testing.T) {
+	r := ranked("198.51.100.1", "node-a", "node-b", "node-c")
+	svc := withStandbys(announcedBy(lbService("web", "198.51.100.1"), r[0]), r[1], r[2])
+	tc := newTestController(t, svc, node("node-a", nil), node("node-b", nil), node("node-c", nil))
+	key := "address/198.51.100.1"
+
+	tc.health.set(r[0], prober.Down)
+	tc.syncKey(t, key)
+	if got := tc.health.replacedNodes(); got[r[0]] != prober.Held {
+		t.Fatalf("replaced %v after %s went down and the annotation still names it, want it held", got, r[0])
+	}
+	tc.health.set(r[0], prober.Replaced) // it answers again, and the prober says so
+
+	tc.settle(t, "web") // the cache sees the patch
+	tc.syncKey(t, key)
+	got, ok := tc.health.replacedNodes()[r[0]]
+	if !ok || got == prober.Held || got != tc.cacheVersion() {
+		t.Errorf("replaced %v once the annotation names %s, want %s released at the cache's version %d", tc.health.replacedNodes(), r[1], r[0], tc.cacheVersion())
+	}
+	if a, _ := tc.plan(t, "web"); a != r[1] {
+		t.Errorf("announcer %q, want %q", a, r[1])
+	}
+}

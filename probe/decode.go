@@ -33,6 +33,7 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	r.StandsDown = flags&flagStandsDown != 0
 	r.Node = d.name()
 	r.Verdict = VerdictRef{Instance: d.uint64(), Seq: d.uint64()}
+	r.CacheVersion = d.uint64()
 	m := int(d.byte())
 	if m > MaxCovers && d.err == nil {
 		d.err = fmt.Errorf("%w: a reply covering %d nodes, at most %d", ErrFormat, m, MaxCovers)

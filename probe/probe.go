@@ -31,6 +31,7 @@
 //	         or an agent said it stands in for it) and announces nothing
 //	  14  n  the node name
 //	  ... 8  instance and 8 sequence of the verdict the agent holds (zeros for none)
+//	  ... 8  the resourceVersion its Service cache has reached (0 when unknown)
 //	  ... 1  m, then m names: the nodes the agent stands in for (at most 32)
 //
 //	verdict:
@@ -144,6 +145,10 @@ type Reply struct {
 	StandsDown bool
 	// Verdict is the verdict the agent holds.
 	Verdict VerdictRef
+	// CacheVersion is the resourceVersion its Service cache has reached, as a number: the
+	// ccm lets a node it moved addresses away from announce again only once its agent has
+	// seen the annotations that say so. 0 when unknown.
+	CacheVersion uint64
 	// Covers are the nodes whose addresses this agent announces in their stead, against
 	// what the Services' annotations say: at most MaxCovers.
 	Covers []string
@@ -190,6 +195,7 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	b = appendName(b, r.Node)
 	b = binary.BigEndian.AppendUint64(b, r.Verdict.Instance)
 	b = binary.BigEndian.AppendUint64(b, r.Verdict.Seq)
+	b = binary.BigEndian.AppendUint64(b, r.CacheVersion)
 	b = append(b, byte(len(r.Covers)))
 	for _, n := range r.Covers {
 		b = appendName(b, n)

@@ -28,12 +28,12 @@ func TestEncoding(t *testing.T) {
 	if len(req) != RequestLen || len(req) != len(want)+macLen || !bytes.HasPrefix(req, want) {
 		t.Errorf("request = % x, want % x and a 16-byte code", req, want)
 	}
-	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a", StandsDown: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, Covers: []string{"b"}})
+	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a", StandsDown: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, CacheVersion: 5, Covers: []string{"b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = []byte{'B', 'M', 3, 2, 1, 2, 3, 4, 5, 6, 7, 8, 2, 1, 6, 'n', 'o', 'd', 'e', '-', 'a',
-		0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 1, 1, 'b'}
+		0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 5, 1, 1, 'b'}
 	if len(reply) != len(want)+macLen || !bytes.HasPrefix(reply, want) {
 		t.Errorf("reply = % x, want % x and a 16-byte code", reply, want)
 	}
@@ -51,7 +51,7 @@ func TestEncoding(t *testing.T) {
 		t.Errorf("ParseRequest = %+v, %v", gotReq, err)
 	}
 	gotReply, err := testKey.ParseReply(reply)
-	if err != nil || !reflect.DeepEqual(gotReply, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a", StandsDown: true, Verdict: VerdictRef{3, 4}, Covers: []string{"b"}}) {
+	if err != nil || !reflect.DeepEqual(gotReply, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a", StandsDown: true, Verdict: VerdictRef{3, 4}, CacheVersion: 5, Covers: []string{"b"}}) {
 		t.Errorf("ParseReply = %+v, %v", gotReply, err)
 	}
 }
@@ -121,7 +121,7 @@ func TestParseErrors(t *testing.T) {
 	// sealed authenticates a made-up body, so that what is checked is its format.
 	sealed := func(parts ...[]byte) []byte { return testKey.seal(bytes.Join(parts, nil)) }
 	header := good[:12]
-	noVerdict := make([]byte, 16)
+	noVerdict := make([]byte, 16+8) // and no cache version
 	for _, tc := range []struct {
 		name string
 		b    []byte

@@ -32,6 +32,8 @@ type Responder struct {
 	covers        []string
 	standsDown    bool
 	onVerdict     func()
+	// cacheVersion returns the resourceVersion the agent's Service cache has reached.
+	cacheVersion func() uint64
 
 	requests, replies, malformed, unauthenticated, limited, verdicts, staleVerdicts atomic.Uint64
 }
@@ -120,6 +122,14 @@ func (r *Responder) CCMVerdict() VerdictRef {
 	return r.newestVerdict
 }
 
+// SetCacheVersion sets the function whose result the following replies carry as the
+// resourceVersion the agent's Service cache has reached.
+func (r *Responder) SetCacheVersion(f func() uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cacheVersion = f
+}
+
 // SetStandsDown sets whether the following replies say the agent takes itself for down.
 func (r *Responder) SetStandsDown(down bool) {
 	r.mu.Lock()
@@ -196,7 +206,11 @@ func (r *Responder) heard(req Request) {
 func (r *Responder) reply(b []byte, req Request) []byte {
 	r.mu.Lock()
 	reply := Reply{Nonce: req.Nonce, State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef, Covers: r.covers}
+	cacheVersion := r.cacheVersion
 	r.mu.Unlock()
+	if cacheVersion != nil {
+		reply.CacheVersion = cacheVersion()
+	}
 	b, _ = r.key.AppendReply(b, reply) // the node name and covers were checked when set
 	return b
 }

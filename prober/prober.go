@@ -79,8 +79,9 @@ type Prober struct {
 	// verdict is the verdict sent; its Seq is 0 until the prober has synced.
 	verdict probe.Verdict
 	// replaced are the nodes the announcer moved addresses away from while they were
-	// down, and that the annotations still name (SetReplaced).
-	replaced map[string]bool
+	// down (SetReplaced), with the resourceVersion their agents' Service caches must reach
+	// before they may announce again.
+	replaced map[string]uint64
 	// covered counts, per node, the agents whose last reply said they stand in for it.
 	covered map[string]int
 }
@@ -90,10 +91,12 @@ type agentProbe struct {
 	addr   netip.AddrPort
 	cancel context.CancelFunc
 	state  State
-	// covers are the nodes the agent's last reply said it stands in for, and standsDown
-	// whether it said it takes itself for down.
-	covers     []string
-	standsDown bool
+	// covers are the nodes the agent's last reply said it stands in for, standsDown
+	// whether it said it takes itself for down, and cacheVersion the resourceVersion it
+	// said its Service cache has reached.
+	covers       []string
+	standsDown   bool
+	cacheVersion uint64
 	// kick asks the probe loop to send the verdict now.
 	kick chan struct{}
 	// lastRTT (ns) and lastAnswer (Unix ns) are the last answered probe's round trip and
@@ -111,7 +114,7 @@ func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer, 
 		// An agent's prober has no metrics of its own: an unregistered metric counts nothing.
 		registerMetrics()
 	}
-	p := &Prober{cfg: cfg, key: key, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]bool{}, covered: map[string]int{}}
+	p := &Prober{cfg: cfg, key: key, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]uint64{}, covered: map[string]int{}}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.syncNode,
 		UpdateFunc: func(_, cur any) { p.syncNode(cur) },
@@ -146,7 +149,7 @@ func (p *Prober) healthLocked(node string) State {
 	switch {
 	case a == nil:
 		return Down
-	case a.state != Down && (p.replaced[node] || p.adoptedLocked(node)):
+	case a.state != Down && (p.replacedLocked(node) || p.adoptedLocked(node)):
 		return Replaced
 	}
 	return a.state

@@ -33,31 +33,50 @@ func (p *Prober) CoveredBy(node string) []string {
 	return out
 }
 
-// SetReplaced sets the nodes the announcer moved addresses away from while they were down
-// and that the annotations still name: they stay in the verdict, and Replaced, while they
-// answer, so that no address goes back to them before the annotations say where it is.
-func (p *Prober) SetReplaced(nodes map[string]bool) {
+// Held is the resourceVersion SetReplaced gives a node whose addresses' annotations
+// still name it: no agent's cache reaches it.
+const Held = ^uint64(0)
+
+// SetReplaced sets the nodes the announcer moved addresses away from while they were down,
+// each with the resourceVersion its agent's Service cache must reach before it may
+// announce again (Held while the annotations still name it). Until then it stays in the
+// verdict, and Replaced while it answers, so that no address goes back to it before it
+// knows where the addresses went. An agent that reports no cache version is let go once
+// the annotations no longer name it.
+func (p *Prober) SetReplaced(nodes map[string]uint64) {
 	p.mu.Lock()
 	if maps.Equal(nodes, p.replaced) {
 		p.mu.Unlock()
 		return
 	}
-	var changed []string
-	for n := range nodes {
-		if !p.replaced[n] {
-			changed = append(changed, n)
-		}
-	}
-	for n := range p.replaced {
-		if !nodes[n] {
-			changed = append(changed, n)
-		}
-	}
+	touched := slices.Collect(maps.Keys(nodes))
+	touched = append(touched, slices.Collect(maps.Keys(p.replaced))...)
+	before := p.healthOf(touched)
 	p.replaced = maps.Clone(nodes)
+	var changed []string
+	for n, was := range before {
+		if p.healthLocked(n) != was {
+			changed = append(changed, n)
+		}
+	}
 	p.decideLocked()
 	listeners := p.listeners
 	p.mu.Unlock()
 	p.notify(listeners, changed)
+}
+
+// replacedLocked reports whether node is replaced: its agent's cache has not reached the
+// resourceVersion SetReplaced gave it.
+func (p *Prober) replacedLocked(node string) bool {
+	v, ok := p.replaced[node]
+	if !ok {
+		return false
+	}
+	a := p.agents[node]
+	if v != Held && (a == nil || a.cacheVersion == 0) {
+		return false
+	}
+	return a == nil || a.cacheVersion < v
 }
 
 // Verdict returns the verdict sent to the agents; its Seq is 0 before the first.
@@ -88,6 +107,19 @@ func (p *Prober) appendVerdict(b []byte) []byte {
 func (p *Prober) answered(node string, a *agentProbe, r probe.Reply) bool {
 	slices.Sort(r.Covers)
 	p.mu.Lock()
+	if p.agents[node] == a && a.cacheVersion != r.CacheVersion {
+		was := p.replacedLocked(node)
+		a.cacheVersion = r.CacheVersion
+		if was && !p.replacedLocked(node) {
+			// Its cache has caught up with the annotations: it may announce again.
+			klog.V(2).InfoS("Agent has seen where its addresses went", "node", node, "cacheVersion", r.CacheVersion)
+			p.decideLocked()
+			listeners := p.listeners
+			p.mu.Unlock()
+			p.notify(listeners, []string{node})
+			p.mu.Lock()
+		}
+	}
 	if p.agents[node] != a || slices.Equal(a.covers, r.Covers) && a.standsDown == r.StandsDown {
 		stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
 		p.mu.Unlock()
@@ -143,7 +175,7 @@ func (p *Prober) decideLocked() {
 	}
 	var down []string
 	for name, a := range p.agents {
-		if a.state == Down || p.replaced[name] || p.adoptedLocked(name) {
+		if a.state == Down || p.replacedLocked(name) || p.adoptedLocked(name) {
 			down = append(down, name)
 		}
 	}

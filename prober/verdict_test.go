@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,7 +161,7 @@ func TestReplacedAgent(t *testing.T) {
 	}
 
 	drain(changes)
-	p.SetReplaced(map[string]bool{"node-a": true})
+	p.SetReplaced(map[string]uint64{"node-a": Held})
 	if got := p.Health("node-a"); got != Replaced {
 		t.Errorf("node-a is %v after SetReplaced, want replaced", got)
 	}
@@ -170,7 +171,16 @@ func TestReplacedAgent(t *testing.T) {
 		t.Errorf("node-b is %v, want up", got)
 	}
 
-	p.SetReplaced(nil)
+	// Released at version 42: replaced until node-a's cache has reached it.
+	var version atomic.Uint64
+	version.Store(41)
+	rA.SetCacheVersion(version.Load)
+	p.SetReplaced(map[string]uint64{"node-a": 42})
+	eventually(t, time.Second, "node-a's cache version seen", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.agents["node-a"].cacheVersion == 41 })
+	if got := p.Health("node-a"); got != Replaced {
+		t.Errorf("node-a is %v with its cache at 41 of 42, want replaced", got)
+	}
+	version.Store(42)
 	waitState(t, p, changes, "node-a", Up, time.Second)
 	eventually(t, time.Second, "node-b holds a verdict naming no one", func() bool { return holds(p, rB) })
 	if got := p.Verdict().Seq; got <= first.Seq+1 {
@@ -178,7 +188,7 @@ func TestReplacedAgent(t *testing.T) {
 	}
 
 	// Replaced is for an agent that answers: replaced and not answering, it is down.
-	p.SetReplaced(map[string]bool{"node-a": true})
+	p.SetReplaced(map[string]uint64{"node-a": Held})
 	stopA()
 	waitState(t, p, changes, "node-a", Down, 2*time.Second)
 	if v := p.Verdict(); !slices.Equal(v.Down, []string{"node-a"}) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -200,6 +201,14 @@ func (w *Watcher) SetConfig(cfg *config.Config) {
 // HasSynced reports whether the Service and Node caches have synced: before that,
 // nothing is announced or withdrawn.
 func (w *Watcher) HasSynced() bool { return w.informer.HasSynced() && w.nodeSynced() }
+
+// CacheVersion returns the resourceVersion the Service cache has reached, as a number, 0
+// when it has none that is one. The ccm lets this node announce again what it moved
+// away from it only once the cache has seen the annotations that say so.
+func (w *Watcher) CacheVersion() uint64 {
+	v, _ := strconv.ParseUint(w.informer.LastSyncResourceVersion(), 10, 64)
+	return v
+}
 
 // Named returns how many Services name this node as their announcer.
 func (w *Watcher) Named() int {
