@@ -137,7 +137,7 @@ func benchManyServices(b *testing.B) []row {
 	if _, err := c.Net.Client.Run(context.Background(), "ip", "route", "add", "198.19.0.0/19", "dev", c.Net.Client.Interface); err != nil {
 		b.Fatal(err)
 	}
-	c.startCCM(b)
+	ccm := c.startCCM(b)
 	created := time.Now()
 	sample := c.createBulk(b, x.Label)
 	if _, err := c.WaitStatus(context.Background(), 10*time.Minute, settledOn(c)); err != nil {
@@ -156,7 +156,15 @@ func benchManyServices(b *testing.B) []row {
 		if err := x.SetLink(false); err != nil {
 			b.Fatal(err)
 		}
-		all = append(all, c.waitOwned(b, c.Net.Nodes[1:], bulkServices, injected))
+		took := c.waitOwned(b, c.Net.Nodes[1:], bulkServices, injected)
+		all = append(all, took)
+		if took > time.Second {
+			// Where the time went: the verdict, and the standbys taking it.
+			b.Logf("all %d addresses answered %v after the death: verdict sent %v after it, taken by %s %v and %s %v after it", bulkServices, took,
+				since(logTime(ccm.Logs(), injected, `"Verdict changed"`, x.Label), injected),
+				c.Net.Nodes[1].Label, since(logTime(c.Agent(c.Net.Nodes[1].Label).Logs(), injected, `"Took the ccm's verdict"`, x.Label), injected),
+				c.Net.Nodes[2].Label, since(logTime(c.Agent(c.Net.Nodes[2].Label).Logs(), injected, `"Took the ccm's verdict"`, x.Label), injected))
+		}
 		samples = append(samples, measure(b, clients, injected)...)
 		if err := x.SetLink(true); err != nil {
 			b.Fatal(err)
