@@ -56,9 +56,13 @@ func Assignee(r *annotation.Request, down Down) (node string, covers []string) {
 // Peers returns the other nodes of every plan node is in, sorted: the nodes whose
 // addresses it takes over should they go down, and those that take its own over.
 func Peers(node string, services []*v1.Service) []string {
+	return PeersOf(node, parse(services))
+}
+
+// PeersOf is Peers of the Services' requests, as annotation.Parse reads them.
+func PeersOf(node string, requests []*annotation.Request) []string {
 	var out []string
-	for _, svc := range services {
-		r, _ := annotation.Parse(svc)
+	for _, r := range requests {
 		if !r.Announced() {
 			continue
 		}
@@ -124,10 +128,24 @@ func (r Refusal) String() string {
 // refused, sorted by Service and address. nodeLabels are the node's labels, for the pools'
 // nodeSelectors; down says which nodes are down. The Services may come in any order.
 func Compute(node string, nodeLabels labels.Set, services []*v1.Service, cfg *config.Config, down Down) ([]Address, []Refusal) {
+	return ComputeOf(node, nodeLabels, parse(services), cfg, down)
+}
+
+// parse reads the requests of services.
+func parse(services []*v1.Service) []*annotation.Request {
+	out := make([]*annotation.Request, len(services))
+	for i, svc := range services {
+		out[i], _ = annotation.Parse(svc)
+	}
+	return out
+}
+
+// ComputeOf is Compute of the Services' requests, as annotation.Parse reads them: a
+// caller that keeps them parsed spares parsing thousands of Services at every change.
+func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Request, cfg *config.Config, down Down) ([]Address, []Refusal) {
 	byAddr := map[netip.Addr]*Address{}
 	var refused []Refusal
-	for _, svc := range services {
-		r, _ := annotation.Parse(svc)
+	for _, r := range requests {
 		assignee, covers := Assignee(r, down)
 		if assignee != node || node == "" {
 			continue

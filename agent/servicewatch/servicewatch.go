@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -91,6 +92,35 @@ type Watcher struct {
 	draining atomic.Bool
 	applied  []desired.Address // what the speaker was last given; only sync touches it
 	covers   []string          // the nodes stood in for, last sync; only sync touches it
+	// parsed keeps each Service's request for the version it was read from; only sync
+	// touches it.
+	parsed map[types.UID]parsedRequest
+}
+
+// parsedRequest is a Service's request as annotation.Parse read it from one version.
+type parsedRequest struct {
+	resourceVersion string
+	req             *annotation.Request
+}
+
+// requests returns the requests of the Services objs, parsing only the versions not
+// parsed before: a failover changes nothing in thousands of Services but the down nodes,
+// and must not wait for all of them to be read again.
+func (w *Watcher) requests(objs []any) []*annotation.Request {
+	parsed := make(map[types.UID]parsedRequest, len(objs))
+	out := make([]*annotation.Request, 0, len(objs))
+	for _, o := range objs {
+		svc := o.(*v1.Service)
+		p, ok := w.parsed[svc.UID]
+		if !ok || p.resourceVersion != svc.ResourceVersion || svc.ResourceVersion == "" {
+			p.resourceVersion = svc.ResourceVersion
+			p.req, _ = annotation.Parse(svc)
+		}
+		parsed[svc.UID] = p
+		out = append(out, p.req)
+	}
+	w.parsed = parsed
+	return out
 }
 
 // Drain keeps announcing every address announced so far, and adds those that come, until
@@ -254,16 +284,13 @@ func (w *Watcher) sync() error {
 	if err != nil {
 		return fmt.Errorf("list the Services naming %s: %w", w.node, err)
 	}
-	services := make([]*v1.Service, 0, len(objs))
-	for _, o := range objs {
-		services = append(services, o.(*v1.Service))
-	}
+	requests := w.requests(objs)
 	var nodeLabels labels.Set
 	if n, err := w.nodes.Get(w.node); err == nil {
 		nodeLabels = n.Labels
 	}
 	down := w.verdicts.Snapshot()
-	addrs, refused := desired.Compute(w.node, nodeLabels, services, w.cfg.Load(), func(n string) bool { return down[n] })
+	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, w.cfg.Load(), func(n string) bool { return down[n] })
 	if w.draining.Load() {
 		addrs = keep(w.applied, addrs)
 	}
@@ -280,7 +307,7 @@ func (w *Watcher) sync() error {
 		w.covers = covers
 	}
 	w.verdicts.SetCovers(covers)
-	w.verdicts.SetPeers(desired.Peers(w.node, services))
+	w.verdicts.SetPeers(desired.PeersOf(w.node, requests))
 
 	if !slices.Equal(refused, w.refused) {
 		counts := map[desired.Reason]int{}
