@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,7 +112,7 @@ func benchLeaderDeath(b *testing.B) row {
 }
 
 // bulkServices is how many Services the scale case gives one node.
-const bulkServices = 5000
+var bulkServices = 5000
 
 // bulkConfig has a pool large enough for bulkServices, announced on eth0 though it is
 // not the nodes' subnet: the client routes it there.
@@ -125,14 +127,10 @@ pools:
 // sample of addresses answers again, from the client, and until the standbys' agents
 // answer for all of them, from their metrics.
 func benchManyServices(b *testing.B) []row {
-	netns.RequireRoot(b)
-	cp := controlplane.Shared(b)
-	tb, err := testbed.New(context.Background(), cp, 3, bulkConfig, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
+	if n, err := strconv.Atoi(os.Getenv("BENCH_BULK_SERVICES")); err == nil {
+		bulkServices = n // a smaller run, to look into the case
 	}
-	b.Cleanup(func() { tb.Close() })
-	c := &cluster{tb}
+	c := newClusterWith(b, controlplane.Shared(b), 3, bulkConfig)
 	x := c.Net.Nodes[0]
 	if _, err := c.Net.Client.Run(context.Background(), "ip", "route", "add", "198.19.0.0/19", "dev", c.Net.Client.Interface); err != nil {
 		b.Fatal(err)
@@ -202,7 +200,7 @@ func (c *cluster) createBulk(b *testing.B, node string) []netip.Addr {
 	errs := make(chan error, 32)
 	for range 32 {
 		wg.Go(func() {
-			for i := next.Add(1); i <= bulkServices; i = next.Add(1) {
+			for i := next.Add(1); i <= int64(bulkServices); i = next.Add(1) {
 				svc := &corev1.Service{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bulk-%d", i), Namespace: ns.Name, Annotations: map[string]string{annotation.PreferredNodes: node}},
 					Spec: corev1.ServiceSpec{

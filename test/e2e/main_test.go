@@ -59,8 +59,14 @@ func newCluster(t testing.TB, n int) *cluster {
 // newClusterOn is newCluster on a given control plane.
 func newClusterOn(t testing.TB, cp *controlplane.ControlPlane, n int) *cluster {
 	t.Helper()
+	return newClusterWith(t, cp, n, cloudConfig)
+}
+
+// newClusterWith is newClusterOn with a cloud-config of its own.
+func newClusterWith(t testing.TB, cp *controlplane.ControlPlane, n int, config string) *cluster {
+	t.Helper()
 	netns.RequireRoot(t)
-	tb, err := testbed.New(context.Background(), cp, n, cloudConfig, t.TempDir())
+	tb, err := testbed.New(context.Background(), cp, n, config, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
