@@ -130,6 +130,10 @@ func benchManyServices(b *testing.B) []row {
 	if n, err := strconv.Atoi(os.Getenv("BENCH_BULK_SERVICES")); err == nil {
 		bulkServices = n // a smaller run, to look into the case
 	}
+	trials := benchTrials
+	if n, err := strconv.Atoi(os.Getenv("BENCH_BULK_TRIALS")); err == nil {
+		trials = n // each trial moves every Service twice: about 50 s at 5,000
+	}
 	c := newClusterWith(b, controlplane.Shared(b), 3, bulkConfig)
 	x := c.Net.Nodes[0]
 	if _, err := c.Net.Client.Run(context.Background(), "ip", "route", "add", "198.19.0.0/19", "dev", c.Net.Client.Interface); err != nil {
@@ -143,7 +147,7 @@ func benchManyServices(b *testing.B) []row {
 	}
 	b.Logf("%d Services created and settled in %v", bulkServices, time.Since(created).Round(time.Second))
 	var samples, all []time.Duration
-	for range benchTrials {
+	for range trials {
 		var clients []*traffic.Client
 		for _, a := range sample {
 			c.waitSteady(b, a, x.Label)
