@@ -213,7 +213,7 @@ func (c *cluster) apiWrites(b *testing.B, d time.Duration) int {
 
 // printTable prints the failover table.
 func printTable(w *os.File, rows []row, steady string) {
-	fmt.Fprintf(w, "\nfailover, %d trials per case; outage seen by an open-loop client (1 request per 10 ms, 100 ms timeout), in ms\n", benchTrials)
+	fmt.Fprintf(w, "\nfailover, %d failures per case; n outages measured; outage seen by an open-loop client (1 request per 10 ms, 100 ms timeout), in ms\n", benchTrials)
 	fmt.Fprintf(w, "%-50s %6s %8s %8s %8s %8s\n", "case", "n", "min", "p50", "p99", "max")
 	for _, r := range rows {
 		o := r.outages
