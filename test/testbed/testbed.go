@@ -324,12 +324,15 @@ func (c *Cluster) Close() error {
 // testbed built on the same control plane later starts from none. A control plane that
 // is gone has none to delete.
 func (c *Cluster) deleteServices() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	listCtx, cancelList := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelList()
+	list, err := c.Admin.CoreV1().Services("").List(listCtx, metav1.ListOptions{})
 	if err != nil {
 		return nil
 	}
+	// Two requests per Service: thousands of them, as a benchmark leaves, take a while.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+time.Duration(len(list.Items))*20*time.Millisecond)
+	defer cancel()
 	for _, svc := range list.Items {
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 			continue
