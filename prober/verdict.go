@@ -107,42 +107,48 @@ func (p *Prober) appendVerdict(b []byte) []byte {
 func (p *Prober) answered(node string, a *agentProbe, r probe.Reply) bool {
 	slices.Sort(r.Covers)
 	p.mu.Lock()
-	if p.agents[node] == a && a.cacheVersion != r.CacheVersion {
-		was := p.replacedLocked(node)
-		a.cacheVersion = r.CacheVersion
-		if was && !p.replacedLocked(node) {
-			// Its cache has caught up with the annotations: it may announce again.
-			klog.V(2).InfoS("Agent has seen where its addresses went", "node", node, "cacheVersion", r.CacheVersion)
-			p.decideLocked()
-			listeners := p.listeners
-			p.mu.Unlock()
-			p.notify(listeners, []string{node})
-			p.mu.Lock()
-		}
+	var changed []string
+	if p.agents[node] == a {
+		changed = p.takeReplyLocked(node, a, r)
 	}
-	if p.agents[node] != a || slices.Equal(a.covers, r.Covers) && a.standsDown == r.StandsDown {
-		stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
-		p.mu.Unlock()
-		return stale
-	}
-	klog.V(2).InfoS("Agent stands in for other nodes", "node", node, "covers", r.Covers, "standsDown", r.StandsDown, "before", a.covers)
-	touched := append(slices.Clone(a.covers), r.Covers...)
-	touched = append(touched, node)
-	before := p.healthOf(touched)
-	p.setCoversLocked(a, r.Covers)
-	a.standsDown = r.StandsDown
-	changed := []string{node} // its peers' covers are news to an agent's own prober
-	for n, s := range before {
-		if n != node && p.healthLocked(n) != s {
-			changed = append(changed, n)
-		}
-	}
-	p.decideLocked()
 	stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
 	listeners := p.listeners
 	p.mu.Unlock()
 	p.notify(listeners, changed)
 	return stale
+}
+
+// takeReplyLocked records the cache version, covers and stand-down flag of a's reply, and
+// returns the nodes the listeners must hear of: node itself when its cache caught up or
+// its covers changed (its peers' covers are news to an agent's own prober), and the nodes
+// whose health its covers changed.
+func (p *Prober) takeReplyLocked(node string, a *agentProbe, r probe.Reply) []string {
+	var changed []string
+	if a.cacheVersion != r.CacheVersion {
+		was := p.replacedLocked(node)
+		a.cacheVersion = r.CacheVersion
+		if was && !p.replacedLocked(node) {
+			// Its cache has caught up with the annotations: it may announce again.
+			klog.V(2).InfoS("Agent has seen where its addresses went", "node", node, "cacheVersion", r.CacheVersion)
+			changed = append(changed, node)
+		}
+	}
+	if !slices.Equal(a.covers, r.Covers) || a.standsDown != r.StandsDown {
+		klog.V(2).InfoS("Agent stands in for other nodes", "node", node, "covers", r.Covers, "standsDown", r.StandsDown, "before", a.covers)
+		before := p.healthOf(append(slices.Clone(a.covers), r.Covers...))
+		p.setCoversLocked(a, r.Covers)
+		a.standsDown = r.StandsDown
+		changed = append(changed, node)
+		for n, s := range before {
+			if n != node && p.healthLocked(n) != s {
+				changed = append(changed, n)
+			}
+		}
+	}
+	if len(changed) > 0 {
+		p.decideLocked()
+	}
+	return slices.Compact(changed)
 }
 
 // setCoversLocked records what an agent stands in for.
