@@ -13,6 +13,8 @@ func (k *Key) ParseRequest(b []byte) (Request, error) {
 		return Request{}, err
 	}
 	r := Request{Nonce: d.uint64(), Sender: Sender(d.byte()), Instance: d.uint64(), Counter: d.uint64(), Verdict: d.uint64()}
+	r.DutyKnown = d.byte()&flagDutyKnown != 0
+	r.Duty = Digest(d.uint64())
 	if err := d.end("request"); err != nil {
 		return Request{}, err
 	}
@@ -31,6 +33,7 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	r := Reply{Nonce: d.uint64(), State: State(d.byte())}
 	flags := d.byte()
 	r.StandsDown = flags&flagStandsDown != 0
+	r.ConfirmedOnly = flags&flagConfirmedOnly != 0
 	r.Node = d.name()
 	r.Verdict = VerdictRef{Instance: d.uint64(), Seq: d.uint64()}
 	r.CacheVersion = d.uint64()
@@ -41,10 +44,23 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	for ; m > 0 && d.err == nil; m-- {
 		r.Covers = append(r.Covers, d.name())
 	}
+	r.Digest = Digest(d.uint64())
+	u := int(d.byte())
+	if u > MaxUnable && d.err == nil {
+		d.err = fmt.Errorf("%w: a reply naming %d pools and families it cannot announce, at most %d", ErrFormat, u, MaxUnable)
+	}
+	for ; u > 0 && d.err == nil; u-- {
+		x := Unable{Family: Family(d.byte()), Reason: UnableReason(d.byte()), Pool: d.name()}
+		x.Interface = string(d.take(int(d.byte())))
+		if err := x.check(); err != nil && d.err == nil {
+			d.err = fmt.Errorf("%w: %v", ErrFormat, err)
+		}
+		r.Unable = append(r.Unable, x)
+	}
 	if err := d.end("reply"); err != nil {
 		return Reply{}, err
 	}
-	if r.State != Ready && r.State != Draining {
+	if r.State != Ready && r.State != Draining && r.State != Starting {
 		return Reply{}, fmt.Errorf("%w: unknown %v", ErrFormat, r.State)
 	}
 	return r, nil
@@ -68,6 +84,9 @@ func (k *Key) ParseVerdict(b []byte) (Verdict, error) {
 
 // IsVerdict reports whether b claims to be a verdict of this version: which Parse to call.
 func IsVerdict(b []byte) bool { return len(b) >= headerLen && b[3] == typeVerdict }
+
+// IsDuty reports whether b claims to be a duty of this version: which Parse to call.
+func IsDuty(b []byte) bool { return len(b) >= headerLen && b[3] == typeDuty }
 
 // decoder checks b's header and code and returns a decoder of its body.
 func (k *Key) decoder(b []byte, typ byte) (*decoder, error) {

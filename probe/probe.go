@@ -8,36 +8,49 @@
 // neither it nor a watch. While no ccm is heard, agents probe the agents they back up with
 // the same requests.
 //
-// Version 3 of the format, all integers big-endian, every datagram starting with
+// Version 4 of the format, all integers big-endian, every datagram starting with
 //
 //	0   2  magic "BM"
-//	2   1  version: 3
-//	3   1  type: 1 request, 2 reply, 3 verdict
+//	2   1  version: 4
+//	3   1  type: 1 request, 2 reply, 3 verdict, 4 duty
 //
 // and ending with a 16-byte code, the first 16 bytes of the HMAC-SHA256 of every byte
 // before it under the shared key. A name is one byte of length (1 to 253) and the name.
 //
-//	request, 45 bytes:
+//	request, 54 bytes:
 //	  4   8  nonce, chosen at random by the prober for each request
 //	  12  1  sender: 1 the ccm, 2 an agent checking a peer
 //	  13  8  instance: the sending ccm's, its start time in Unix nanoseconds (0 from an agent)
 //	  21  8  counter, increasing with every request of the instance
 //	  29  8  sequence of the ccm's current verdict, 0 before its first
+//	  37  1  flags: bit 0 set when the duty digest is known
+//	  38  8  duty digest: what the ccm expects this agent to announce (Digest)
 //
 //	reply:
 //	  4   8  the request's nonce
-//	  12  1  state: 1 ready, 2 draining
+//	  12  1  state: 1 ready, 2 draining, 3 starting
 //	  13  1  flags: bit 0 set when the agent takes itself for down (it is in the verdict,
-//	         or an agent said it stands in for it) and announces nothing
+//	         or an agent said it stands in for it) and announces nothing; bit 1 set when
+//	         it announces only what the ccm's duty confirms
 //	  14  n  the node name
 //	  ... 8  instance and 8 sequence of the verdict the agent holds (zeros for none)
 //	  ... 8  the resourceVersion its Service cache has reached (0 when unknown)
 //	  ... 1  m, then m names: the nodes the agent stands in for (at most 32)
+//	  ... 8  digest of the addresses its own view gives it
+//	  ... 1  u, then u entries (at most 64) of what it cannot announce now: 1 family (4
+//	         or 6), 1 reason (1 no up interface, 2 no address of the family), a name (the
+//	         pool), 1 length and the interface name (0 to 15 bytes)
 //
 //	verdict:
 //	  4   8  instance of the ccm
 //	  12  8  sequence, increasing with every new verdict of the instance
 //	  20  2  k, then k names: the nodes taken for down
+//
+//	duty, sent to an agent whose reply's digest is not the one the ccm expects:
+//	  4   8  instance of the ccm
+//	  12  8  the duty digest
+//	  20  1  part, from 0, and 1 parts: a duty too large for one datagram is split
+//	  22  2  k, then k addresses, each 1 length (4 or 16) and the address
 //
 // A responder answers only authenticated requests of a version it speaks; a prober takes
 // only an authenticated reply whose nonce is the one it is waiting for; an agent takes a
@@ -52,21 +65,26 @@ import (
 )
 
 // Version is the version of the wire format this package speaks.
-const Version = 3
+const Version = 4
 
 const (
 	typeRequest = 1
 	typeReply   = 2
 	typeVerdict = 3
+	typeDuty    = 4
 
-	flagStandsDown = 1 << 0
+	flagStandsDown    = 1 << 0
+	flagConfirmedOnly = 1 << 1
+	flagDutyKnown     = 1 << 0
 
 	headerLen = 4
 	// RequestLen is the length of an encoded request.
-	RequestLen = headerLen + 8 + 1 + 8 + 8 + 8 + macLen
+	RequestLen = headerLen + 8 + 1 + 8 + 8 + 8 + 1 + 8 + macLen
 	// MaxCovers is how many nodes a reply names as stood in for; a ccm needs them only to
 	// keep those nodes' addresses where they are, and more than a few is rare.
 	MaxCovers = 32
+	// MaxUnable is how many pool and family pairs a reply names as not announceable.
+	MaxUnable = 64
 	// MaxDatagram is the size of the largest datagram: a verdict naming every node of a
 	// large cluster still fits.
 	MaxDatagram = 65507
@@ -84,15 +102,21 @@ const (
 	// Draining means the agent is shutting down: it still answers for what it owns, but
 	// no address should be given to it.
 	Draining State = 2
+	// Starting means the agent runs but cannot announce yet: its Service cache has not
+	// synced or it has not read its interfaces. It announces nothing, so its standbys
+	// should.
+	Starting State = 3
 )
 
-// String returns "ready", "draining" or "state(N)".
+// String returns "ready", "draining", "starting" or "state(N)".
 func (s State) String() string {
 	switch s {
 	case Ready:
 		return "ready"
 	case Draining:
 		return "draining"
+	case Starting:
+		return "starting"
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
@@ -120,6 +144,11 @@ type Request struct {
 	Counter uint64
 	// Verdict is the sequence of the instance's current verdict, 0 before its first.
 	Verdict uint64
+	// DutyKnown says Duty holds the digest of what the ccm expects the agent to
+	// announce; false while the ccm cannot say (it has no verdict or no Services yet).
+	DutyKnown bool
+	// Duty is the digest of the addresses the ccm expects the agent to announce.
+	Duty Digest
 }
 
 // VerdictRef names a verdict: the ccm instance that made it, and its sequence.
@@ -152,6 +181,13 @@ type Reply struct {
 	// Covers are the nodes whose addresses this agent announces in their stead, against
 	// what the Services' annotations say: at most MaxCovers.
 	Covers []string
+	// ConfirmedOnly says the agent announces only what the ccm's duty confirms: its own
+	// view has differed from the ccm's for too long, or its Service watch is broken.
+	ConfirmedOnly bool
+	// Digest is the digest of the addresses the agent's own view gives it.
+	Digest Digest
+	// Unable are the pools and families the agent cannot announce now: at most MaxUnable.
+	Unable []Unable
 }
 
 // Verdict is the ccm's word on which agents are down: each agent announces an address
@@ -174,6 +210,12 @@ func (k *Key) AppendRequest(b []byte, r Request) []byte {
 	b = binary.BigEndian.AppendUint64(b, r.Instance)
 	b = binary.BigEndian.AppendUint64(b, r.Counter)
 	b = binary.BigEndian.AppendUint64(b, r.Verdict)
+	var flags byte
+	if r.DutyKnown {
+		flags |= flagDutyKnown
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Duty))
 	return append(b[:start], k.seal(b[start:])...)
 }
 
@@ -191,6 +233,9 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	if r.StandsDown {
 		flags |= flagStandsDown
 	}
+	if r.ConfirmedOnly {
+		flags |= flagConfirmedOnly
+	}
 	b = append(b, byte(r.State), flags)
 	b = appendName(b, r.Node)
 	b = binary.BigEndian.AppendUint64(b, r.Verdict.Instance)
@@ -199,6 +244,13 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	b = append(b, byte(len(r.Covers)))
 	for _, n := range r.Covers {
 		b = appendName(b, n)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Digest))
+	b = append(b, byte(len(r.Unable)))
+	for _, u := range r.Unable {
+		b = append(b, byte(u.Family), byte(u.Reason))
+		b = appendName(b, u.Pool)
+		b = append(append(b, byte(len(u.Interface))), u.Interface...)
 	}
 	return append(b[:start], k.seal(b[start:])...), nil
 }
@@ -242,7 +294,7 @@ func checkReply(r Reply) error {
 	if err := checkName(r.Node); err != nil {
 		return fmt.Errorf("probe reply: %w", err)
 	}
-	if r.State != Ready && r.State != Draining {
+	if r.State != Ready && r.State != Draining && r.State != Starting {
 		return fmt.Errorf("probe reply: %v is not a state of version %d", r.State, Version)
 	}
 	if len(r.Covers) > MaxCovers {
@@ -251,6 +303,14 @@ func checkReply(r Reply) error {
 	for _, n := range r.Covers {
 		if err := checkName(n); err != nil {
 			return fmt.Errorf("probe reply: covered %w", err)
+		}
+	}
+	if len(r.Unable) > MaxUnable {
+		return fmt.Errorf("probe reply: names %d pools and families it cannot announce, at most %d fit", len(r.Unable), MaxUnable)
+	}
+	for _, u := range r.Unable {
+		if err := u.check(); err != nil {
+			return fmt.Errorf("probe reply: %w", err)
 		}
 	}
 	return nil

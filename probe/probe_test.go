@@ -23,17 +23,19 @@ func mustKey(s string) *Key {
 }
 
 func TestEncoding(t *testing.T) {
-	req := testKey.AppendRequest(nil, Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11})
-	want := []byte{'B', 'M', 3, 1, 1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 11}
+	req := testKey.AppendRequest(nil, Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11, DutyKnown: true, Duty: 12})
+	want := []byte{'B', 'M', 4, 1, 1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 11, 1, 0, 0, 0, 0, 0, 0, 0, 12}
 	if len(req) != RequestLen || len(req) != len(want)+macLen || !bytes.HasPrefix(req, want) {
 		t.Errorf("request = % x, want % x and a 16-byte code", req, want)
 	}
-	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a", StandsDown: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, CacheVersion: 5, Covers: []string{"b"}})
+	unable := []Unable{{Pool: "p", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}
+	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, CacheVersion: 5, Covers: []string{"b"}, Digest: 6, Unable: unable})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []byte{'B', 'M', 3, 2, 1, 2, 3, 4, 5, 6, 7, 8, 2, 1, 6, 'n', 'o', 'd', 'e', '-', 'a',
-		0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 5, 1, 1, 'b'}
+	want = []byte{'B', 'M', 4, 2, 1, 2, 3, 4, 5, 6, 7, 8, 2, 3, 6, 'n', 'o', 'd', 'e', '-', 'a',
+		0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 5, 1, 1, 'b',
+		0, 0, 0, 0, 0, 0, 0, 6, 1, 6, 2, 1, 'p', 4, 'e', 't', 'h', '0'}
 	if len(reply) != len(want)+macLen || !bytes.HasPrefix(reply, want) {
 		t.Errorf("reply = % x, want % x and a 16-byte code", reply, want)
 	}
@@ -41,17 +43,17 @@ func TestEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []byte{'B', 'M', 3, 3, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 2, 1, 'x', 2, 'y', 'z'}
+	want = []byte{'B', 'M', 4, 3, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 2, 1, 'x', 2, 'y', 'z'}
 	if len(verdict) != len(want)+macLen || !bytes.HasPrefix(verdict, want) || !IsVerdict(verdict) || IsVerdict(req) || IsVerdict(reply) {
 		t.Errorf("verdict = % x, want % x and a 16-byte code", verdict, want)
 	}
 
 	gotReq, err := testKey.ParseRequest(req)
-	if err != nil || gotReq != (Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11}) {
+	if err != nil || gotReq != (Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11, DutyKnown: true, Duty: 12}) {
 		t.Errorf("ParseRequest = %+v, %v", gotReq, err)
 	}
 	gotReply, err := testKey.ParseReply(reply)
-	if err != nil || !reflect.DeepEqual(gotReply, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a", StandsDown: true, Verdict: VerdictRef{3, 4}, CacheVersion: 5, Covers: []string{"b"}}) {
+	if err != nil || !reflect.DeepEqual(gotReply, Reply{Nonce: 0x0102030405060708, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, Verdict: VerdictRef{3, 4}, CacheVersion: 5, Covers: []string{"b"}, Digest: 6, Unable: unable}) {
 		t.Errorf("ParseReply = %+v, %v", gotReply, err)
 	}
 }
@@ -122,6 +124,7 @@ func TestParseErrors(t *testing.T) {
 	sealed := func(parts ...[]byte) []byte { return testKey.seal(bytes.Join(parts, nil)) }
 	header := good[:12]
 	noVerdict := make([]byte, 16+8) // and no cache version
+	noDigest := make([]byte, 8)
 	for _, tc := range []struct {
 		name string
 		b    []byte
@@ -129,16 +132,20 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"short", good[:11], "11 bytes, want at least 20"},
 		{"magic", append([]byte("XM"), good[2:]...), "magic 0x584d"},
-		{"version", append([]byte{'B', 'M', 2}, good[3:]...), "version 2, want 3"},
+		{"version", append([]byte{'B', 'M', 3}, good[3:]...), "version 3, want 4"},
 		{"request as reply", testKey.AppendRequest(nil, Request{Sender: FromCCM}), "type 1, want 2"},
 		{"no state", sealed(header), "datagram of 28 bytes ends inside a field"},
-		{"state", sealed(header, []byte{3, 0, 2, 'n', '1'}, noVerdict, []byte{0}), "unknown state(3)"},
+		{"state", sealed(header, []byte{4, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{0}), "unknown state(4)"},
 		{"no flags", sealed(header, []byte{1}), "datagram of 29 bytes ends inside a field"},
 		{"empty name", sealed(header, []byte{1, 0, 0}, noVerdict, []byte{0}), "node name of 0 bytes"},
 		{"truncated name", sealed(header, []byte{1, 0, 2, 'n'}), "datagram of 32 bytes ends inside a field"},
 		{"no covers count", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict), "ends inside a field"},
 		{"truncated covers", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{2, 1, 'a'}), "ends inside a field"},
-		{"extra byte", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0, 0}), "1 bytes after the end of a reply"},
+		{"extra byte", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{0, 0}), "1 bytes after the end of a reply"},
+		{"no unable count", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest), "ends inside a field"},
+		{"too many unable", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{MaxUnable + 1}), "naming 65 pools and families"},
+		{"unknown family", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{1, 5, 1, 1, 'p', 0}), "unknown family 5"},
+		{"unknown reason", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{1, 4, 3, 1, 'p', 0}), "unknown reason 3"},
 		{"too many covers", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{MaxCovers + 1}), "covering 33 nodes, at most 32"},
 		{"long name", sealed(header, []byte{1, 0, 254}, bytes.Repeat([]byte{'a'}, 254), noVerdict, []byte{0}), "node name of 254 bytes"},
 	} {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,18 @@ type Responder struct {
 	covers        []string
 	standsDown    bool
 	onVerdict     func()
+	// expected is the duty digest the newest ccm request carried, if it knew one.
+	expected      Digest
+	expectedKnown bool
+	// duty is the newest duty list taken, and parts the parts of one still arriving.
+	duty   *Duty
+	parts  map[int][]netip.Addr
+	onDuty func()
+	// digest, confirmedOnly and unable are what the following replies say of the agent's
+	// own view and of what it cannot announce.
+	digest        Digest
+	confirmedOnly bool
+	unable        []Unable
 	// cacheVersion returns the resourceVersion the agent's Service cache has reached.
 	cacheVersion func() uint64
 
@@ -165,6 +178,10 @@ func (r *Responder) Serve(conn net.PacketConn) error {
 			r.takeVerdict(in[:n])
 			continue
 		}
+		if IsDuty(in[:n]) {
+			r.takeDuty(in[:n])
+			continue
+		}
 		req, err := r.key.ParseRequest(in[:n])
 		switch {
 		case errors.Is(err, ErrAuth):
@@ -200,12 +217,14 @@ func (r *Responder) heard(req Request) {
 	}
 	r.newest.instance, r.newest.counter = req.Instance, req.Counter
 	r.newestVerdict = VerdictRef{Instance: req.Instance, Seq: req.Verdict}
+	r.expected, r.expectedKnown = req.Duty, req.DutyKnown
 	r.lastCCM.Store(time.Now().UnixNano())
 }
 
 func (r *Responder) reply(b []byte, req Request) []byte {
 	r.mu.Lock()
-	reply := Reply{Nonce: req.Nonce, State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef, Covers: r.covers}
+	reply := Reply{Nonce: req.Nonce, State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef, Covers: r.covers,
+		ConfirmedOnly: r.confirmedOnly, Digest: r.digest, Unable: r.unable}
 	cacheVersion := r.cacheVersion
 	r.mu.Unlock()
 	if cacheVersion != nil {
@@ -236,6 +255,94 @@ func (r *Responder) takeVerdict(b []byte) {
 	f := r.onVerdict
 	r.mu.Unlock()
 	r.verdicts.Add(1)
+	if f != nil {
+		f()
+	}
+}
+
+// SetView sets what the following replies say of the agent's own view: the digest of the
+// addresses it gives the agent, and whether the agent announces only what the ccm's duty
+// confirms.
+func (r *Responder) SetView(digest Digest, confirmedOnly bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.digest, r.confirmedOnly = digest, confirmedOnly
+}
+
+// SetUnable sets the pools and families the following replies say the agent cannot
+// announce now. Only the first MaxUnable valid ones are sent.
+func (r *Responder) SetUnable(u []Unable) {
+	u = slices.DeleteFunc(slices.Clone(u), func(x Unable) bool { return x.check() != nil })
+	u = u[:min(len(u), MaxUnable)]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unable = u
+}
+
+// Expected returns the duty digest the newest ccm request carried, and whether that ccm
+// knew one.
+func (r *Responder) Expected() (Digest, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.expected, r.expectedKnown
+}
+
+// Duty returns the newest duty list taken, or nil before the first.
+func (r *Responder) Duty() *Duty {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.duty
+}
+
+// OnDuty registers f to be called after every duty list taken. Call it before Serve.
+func (r *Responder) OnDuty(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onDuty = f
+}
+
+// takeDuty takes an authenticated duty datagram of the newest ccm heard: the parts of a
+// list are gathered until it is whole. A duty of an older ccm counts for nothing.
+func (r *Responder) takeDuty(b []byte) {
+	p, err := r.key.ParseDuty(b)
+	switch {
+	case errors.Is(err, ErrAuth):
+		r.unauthenticated.Add(1)
+		return
+	case err != nil:
+		r.malformed.Add(1)
+		return
+	}
+	r.mu.Lock()
+	if p.Instance < r.newest.instance || (r.duty != nil && p.Instance < r.duty.Instance) {
+		r.mu.Unlock()
+		return
+	}
+	if p.Parts > 1 {
+		if r.parts == nil || p.Part == 0 {
+			r.parts = map[int][]netip.Addr{}
+		}
+		r.parts[p.Part] = p.Addrs
+		if len(r.parts) < p.Parts {
+			r.mu.Unlock()
+			return
+		}
+		var all []netip.Addr
+		for i := range p.Parts {
+			all = append(all, r.parts[i]...)
+		}
+		r.parts = nil
+		p.Addrs = all
+	}
+	if DigestOf(p.Addrs) != p.Digest {
+		// Parts of two lists mixed: wait for the next whole one.
+		r.mu.Unlock()
+		return
+	}
+	d := p.Duty
+	r.duty = &d
+	f := r.onDuty
+	r.mu.Unlock()
 	if f != nil {
 		f()
 	}

@@ -1,0 +1,189 @@
+package probe
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// Digest sums up a set of addresses in 8 bytes: the ccm's requests carry the digest of
+// what it expects an agent to announce, and the agent's replies the digest of what its own
+// view gives it, so that a cache left behind shows at once, at no cost in steady state.
+// The zero Digest is the empty set's.
+type Digest uint64
+
+// DigestOf returns the digest of a set of addresses, in any order and without repeats.
+func DigestOf(addrs []netip.Addr) Digest {
+	var d Digest
+	for _, a := range addrs {
+		d = d.With(a)
+	}
+	return d
+}
+
+// With returns the digest of the set with a added, or removed if it was in it: the
+// addresses' hashes are combined by exclusive or, so that a change costs one hash.
+func (d Digest) With(a netip.Addr) Digest {
+	b := a.Unmap().As16()
+	h := sha256.Sum256(b[:])
+	return d ^ Digest(binary.BigEndian.Uint64(h[:8]))
+}
+
+// String returns the digest in hexadecimal, for logs.
+func (d Digest) String() string { return fmt.Sprintf("%016x", uint64(d)) }
+
+// Duty is the list of addresses the ccm expects an agent to announce, sent to an agent
+// whose own view differs: an agent that cannot trust its view announces only these.
+type Duty struct {
+	// Instance is the ccm's, as in its requests.
+	Instance uint64
+	// Digest is DigestOf(Addrs).
+	Digest Digest
+	// Addrs are the addresses.
+	Addrs []netip.Addr
+}
+
+// dutyPerDatagram is how many addresses one duty datagram holds at most: IPv6 ones all,
+// under MaxDatagram.
+const dutyPerDatagram = (MaxDatagram - headerLen - 8 - 8 - 2 - 2 - macLen) / 17
+
+// maxDutyParts bounds the parts of one duty: 255 datagrams hold 980,000 addresses.
+const maxDutyParts = 255
+
+// AppendDuty returns the authenticated datagrams that carry d: one, or several when d
+// holds more addresses than one holds. It fails only beyond 255 datagrams.
+func (k *Key) AppendDuty(d Duty) ([][]byte, error) {
+	parts := max(1, (len(d.Addrs)+dutyPerDatagram-1)/dutyPerDatagram)
+	if parts > maxDutyParts {
+		return nil, fmt.Errorf("probe duty: %d addresses take %d datagrams, at most %d", len(d.Addrs), parts, maxDutyParts)
+	}
+	out := make([][]byte, 0, parts)
+	for i := range parts {
+		addrs := d.Addrs[min(len(d.Addrs), i*dutyPerDatagram):min(len(d.Addrs), (i+1)*dutyPerDatagram)]
+		b := []byte{magic[0], magic[1], Version, typeDuty}
+		b = binary.BigEndian.AppendUint64(b, d.Instance)
+		b = binary.BigEndian.AppendUint64(b, uint64(d.Digest))
+		b = append(b, byte(i), byte(parts))
+		b = binary.BigEndian.AppendUint16(b, uint16(len(addrs)))
+		for _, a := range addrs {
+			a = a.Unmap()
+			b = append(append(b, byte(a.BitLen()/8)), a.AsSlice()...)
+		}
+		out = append(out, k.seal(b))
+	}
+	return out, nil
+}
+
+// DutyPart is one datagram of a Duty.
+type DutyPart struct {
+	Duty
+	// Part is this datagram's place, from 0, and Parts their number.
+	Part, Parts int
+}
+
+// ParseDuty decodes an authenticated duty datagram.
+func (k *Key) ParseDuty(b []byte) (DutyPart, error) {
+	d, err := k.decoder(b, typeDuty)
+	if err != nil {
+		return DutyPart{}, err
+	}
+	p := DutyPart{Duty: Duty{Instance: d.uint64(), Digest: Digest(d.uint64())}}
+	p.Part, p.Parts = int(d.byte()), int(d.byte())
+	for n := int(d.uint16()); n > 0 && d.err == nil; n-- {
+		l := int(d.byte())
+		if l != 4 && l != 16 && d.err == nil {
+			d.err = fmt.Errorf("%w: an address of %d bytes in a duty", ErrFormat, l)
+		}
+		a, _ := netip.AddrFromSlice(d.take(l))
+		p.Addrs = append(p.Addrs, a)
+	}
+	if err := d.end("duty"); err != nil {
+		return DutyPart{}, err
+	}
+	if p.Part >= p.Parts {
+		return DutyPart{}, fmt.Errorf("%w: duty part %d of %d", ErrFormat, p.Part, p.Parts)
+	}
+	return p, nil
+}
+
+// Family is an address family in a reply: 4 or 6.
+type Family uint8
+
+// The families.
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+// FamilyOf returns a's family.
+func FamilyOf(a netip.Addr) Family {
+	if a.Unmap().Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// String returns "IPv4" or "IPv6".
+func (f Family) String() string { return fmt.Sprintf("IPv%d", uint8(f)) }
+
+// UnableReason says why an agent cannot announce a pool's addresses of a family.
+type UnableReason uint8
+
+const (
+	// NoUpInterface: none of the pool's interfaces (or, for a pool that names none, no
+	// interface with a subnet of the pool) is up.
+	NoUpInterface UnableReason = 1
+	// NoAddress: the interface is up but has no address of the family, as a link that
+	// went down and up can come back without its IPv6 addresses.
+	NoAddress UnableReason = 2
+)
+
+// Unable is a pool and family an agent cannot announce now, and why.
+type Unable struct {
+	Pool      string
+	Family    Family
+	Reason    UnableReason
+	Interface string // the interface concerned, for NoAddress
+}
+
+// maxInterfaceName is the longest Linux interface name.
+const maxInterfaceName = 15
+
+func (u Unable) check() error {
+	switch {
+	case u.Family != IPv4 && u.Family != IPv6:
+		return fmt.Errorf("unknown family %d of pool %q", u.Family, u.Pool)
+	case u.Reason != NoUpInterface && u.Reason != NoAddress:
+		return fmt.Errorf("unknown reason %d for pool %q", u.Reason, u.Pool)
+	case len(u.Interface) > maxInterfaceName:
+		return fmt.Errorf("interface name %q of pool %q is %d bytes, at most %d", u.Interface, u.Pool, len(u.Interface), maxInterfaceName)
+	}
+	return checkName(u.Pool)
+}
+
+// Explain says, for people, why node cannot announce: "node-a has no up interface for
+// pool public", "node-a has no IPv6 address on eth0".
+func (u Unable) Explain(node string) string {
+	if u.Reason == NoAddress && u.Interface != "" {
+		return fmt.Sprintf("%s has no %s address on %s", node, u.Family, u.Interface)
+	}
+	if u.Reason == NoAddress {
+		return fmt.Sprintf("%s has no %s address for pool %s", node, u.Family, u.Pool)
+	}
+	return fmt.Sprintf("%s has no up interface for pool %s", node, u.Pool)
+}
+
+// SortUnable sorts by pool, then family: replies are compared as they come.
+func SortUnable(u []Unable) {
+	slices.SortFunc(u, func(a, b Unable) int {
+		if a.Pool != b.Pool {
+			if a.Pool < b.Pool {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Family) - int(b.Family)
+	})
+}
