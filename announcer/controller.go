@@ -34,6 +34,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
@@ -57,6 +58,8 @@ type Health interface {
 	OnChange(func(node string))
 	// HasSynced reports whether every agent there was at the start has a verdict.
 	HasSynced() bool
+	// Unable returns the pools and families a node's agent cannot announce now.
+	Unable(node string) []probe.Unable
 	// SetReplaced sets the nodes the announcer moved addresses away from while their
 	// agents were down, each with the resourceVersion their agent's Service cache must
 	// reach before they may announce again (prober.Held while the annotations still

@@ -94,7 +94,7 @@ func (c *Controller) hold(key string, members []member, to string) {
 		if a == "" || a == to || slices.Contains(nodes, a) {
 			continue
 		}
-		if h := c.health.Health(a); h == prober.Down || h == prober.Replaced {
+		if h := c.health.Health(a); h == prober.Down || h == prober.Starting || h == prober.Replaced {
 			nodes = append(nodes, a)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
@@ -46,6 +47,27 @@ type fakeHealth struct {
 	states    map[string]prober.State
 	listeners []func(string)
 	replaced  map[string]uint64 // as the announcer last set them
+	unable    map[string][]probe.Unable
+}
+
+func (h *fakeHealth) Unable(node string) []probe.Unable {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.unable[node]
+}
+
+// setUnable changes what a node's agent cannot announce and tells the listeners.
+func (h *fakeHealth) setUnable(node string, u ...probe.Unable) {
+	h.mu.Lock()
+	if h.unable == nil {
+		h.unable = map[string][]probe.Unable{}
+	}
+	h.unable[node] = u
+	listeners := append([]func(string){}, h.listeners...)
+	h.mu.Unlock()
+	for _, f := range listeners {
+		f(node)
+	}
 }
 
 func (h *fakeHealth) Health(node string) prober.State {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
@@ -207,8 +208,19 @@ func (c *Controller) ruleGroup(key string, members []member) (owner.Group, error
 	addrs = slices.Compact(addrs)
 	g.FirstIP = addrs[0].String()
 	for _, a := range addrs {
-		if p := cfg.PoolFor(a); p != nil && !slices.ContainsFunc(g.Pools, func(pn owner.PoolNodes) bool { return pn.Pool == p.Name }) {
+		p := cfg.PoolFor(a)
+		if p == nil {
+			continue
+		}
+		i := slices.IndexFunc(g.Pools, func(pn owner.PoolNodes) bool { return pn.Pool == p.Name })
+		if i < 0 {
+			i = len(g.Pools)
 			g.Pools = append(g.Pools, owner.PoolNodes{Pool: p.Name, NodeSelector: p.NodeSelector})
+		}
+		if a.Is6() {
+			g.Pools[i].IPv6 = true
+		} else {
+			g.Pools[i].IPv4 = true
 		}
 	}
 	if !cfg.Failover.Failback {
@@ -288,7 +300,11 @@ func (c *Controller) nodeStates() ([]owner.Node, error) {
 		// Only an agent that is up may announce: one that is replaced is in the verdict, and
 		// announces nothing until the annotations say what the agents standing in did.
 		h := c.health.Health(n.Name)
-		out = append(out, owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == prober.Up, Draining: h == prober.Draining})
+		node := owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == prober.Up, Draining: h == prober.Draining, Starting: h == prober.Starting}
+		for _, u := range c.health.Unable(n.Name) {
+			node.Unable = append(node.Unable, owner.Unable{Pool: u.Pool, IPv6: u.Family == probe.IPv6, Why: u.Explain(n.Name)})
+		}
+		out = append(out, node)
 	}
 	return out, nil
 }

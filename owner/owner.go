@@ -29,6 +29,20 @@ type Node struct {
 	// Draining says the node's agent answers that it is shutting down; such a node is not
 	// Healthy.
 	Draining bool
+	// Starting says the node's agent answers that it cannot announce yet; such a node is
+	// not Healthy.
+	Starting bool
+	// Unable are the pools and families the node's agent says it cannot announce now: a
+	// node is a candidate only for groups it can announce every address of.
+	Unable []Unable
+}
+
+// Unable is a pool and family a node's agent cannot announce now, and why.
+type Unable struct {
+	Pool string
+	IPv6 bool
+	// Why says it for people: "node-a has no IPv6 address on eth0".
+	Why string
 }
 
 // Group is the Services that share one address, or a single Service. They always get the
@@ -78,6 +92,9 @@ type LocalService struct {
 type PoolNodes struct {
 	Pool         string
 	NodeSelector labels.Selector // nil selects every node
+	// IPv4 and IPv6 say which families of the pool's addresses the group holds: a node
+	// must be able to announce those.
+	IPv4, IPv6 bool
 }
 
 // Reason says, for machines, why a node was chosen or none was.
@@ -236,8 +253,22 @@ func Eligible(g Group, n Node) string {
 		return fmt.Sprintf("%s does not match the nodeSelector of pool %s", n.Name, excludedBy(g, n))
 	case n.Draining:
 		return n.Name + " agent is draining"
+	case n.Starting:
+		return n.Name + " agent is starting"
 	case !n.Healthy:
 		return n.Name + " agent not answering"
+	}
+	return unable(g, n)
+}
+
+// unable returns why n cannot announce a pool and family of g's addresses, or "".
+func unable(g Group, n Node) string {
+	for _, p := range g.Pools {
+		for _, u := range n.Unable {
+			if u.Pool == p.Pool && (u.IPv6 && p.IPv6 || !u.IPv6 && p.IPv4) {
+				return u.Why
+			}
+		}
 	}
 	return ""
 }

@@ -2,12 +2,18 @@ package prober
 
 import "time"
 
+// answered reports whether the agent answered.
+func (o outcome) answered() bool {
+	return o == answeredReady || o == answeredDraining || o == answeredStarting
+}
+
 // outcome is the result of one probe.
 type outcome int
 
 const (
 	answeredReady outcome = iota
 	answeredDraining
+	answeredStarting // the agent runs but cannot announce yet
 	missed  // no answer in time
 	refused // ICMP port unreachable: the node is there, its agent is not
 )
@@ -34,12 +40,17 @@ func (h *agentHealth) observe(o outcome, failureThreshold int) bool {
 	case answeredReady:
 		h.misses = 0
 		h.answered++
-		if h.state == Unknown || h.state == Draining || h.answered >= recoveryThreshold {
+		// An agent that said what it is needs no run of answers: only a silent one might
+		// be flapping.
+		if h.state == Unknown || h.state == Draining || h.state == Starting || h.answered >= recoveryThreshold {
 			h.state = Up
 		}
 	case answeredDraining:
 		h.misses, h.answered = 0, 0
 		h.state = Draining
+	case answeredStarting:
+		h.misses, h.answered = 0, 0
+		h.state = Starting
 	case missed, refused:
 		h.answered = 0
 		h.misses++
@@ -55,5 +66,5 @@ func (h *agentHealth) suspect() bool { return h.misses > 0 && h.state != Down }
 
 // String names an outcome for logs.
 func (o outcome) String() string {
-	return [...]string{"answered", "draining", "missed", "refused"}[o]
+	return [...]string{"answered", "draining", "starting", "missed", "refused"}[o]
 }

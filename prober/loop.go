@@ -81,7 +81,7 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 		probesSent.Inc()
 		o := missed
 		var reply probe.Reply
-		if _, err := conn.Write(p.key.AppendRequest(req[:0], p.request(nonce))); err != nil {
+		if _, err := conn.Write(p.key.AppendRequest(req[:0], p.request(node, nonce))); err != nil {
 			o = refusedOr(err, missed)
 		} else {
 			wait := timeout
@@ -90,13 +90,16 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 			}
 			o, reply = p.await(conn, buf, nonce, node, sent.Add(wait))
 		}
-		if o == answeredReady || o == answeredDraining {
+		if o.answered() {
 			if p.answered(node, a, reply) {
 				sendVerdict() // it holds an older one: it missed a verdict
 			}
+			for _, b := range p.dutyFor(node, reply) {
+				_, _ = conn.Write(b)
+			}
 		}
 		var rtt time.Duration
-		if o == answeredReady || o == answeredDraining {
+		if o.answered() {
 			now := time.Now()
 			rtt = now.Sub(sent)
 			probeRTT.Observe(rtt.Seconds())
@@ -120,15 +123,19 @@ func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
 	}
 }
 
-// request returns the next request to send.
-func (p *Prober) request(nonce uint64) probe.Request {
+// request returns the next request to send to node's agent.
+func (p *Prober) request(node string, nonce uint64) probe.Request {
 	if p.sender != probe.FromCCM {
 		return probe.Request{Nonce: nonce, Sender: p.sender}
 	}
 	p.mu.Lock()
-	seq, instance := p.verdict.Seq, p.instance
+	seq, instance, duties := p.verdict.Seq, p.instance, p.duties
 	p.mu.Unlock()
-	return probe.Request{Nonce: nonce, Sender: p.sender, Instance: instance, Counter: p.counter.Add(1), Verdict: seq}
+	r := probe.Request{Nonce: nonce, Sender: p.sender, Instance: instance, Counter: p.counter.Add(1), Verdict: seq}
+	if duties != nil {
+		r.Duty, r.DutyKnown = duties.Duty(node)
+	}
+	return r
 }
 
 // await reads until the answer to nonce arrives or deadline passes. Answers to earlier
@@ -155,8 +162,11 @@ func (p *Prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string,
 			klog.V(2).InfoS("Probe answered by another node's agent", "node", node, "answeredBy", reply.Node)
 			return missed, probe.Reply{}
 		}
-		if reply.State == probe.Draining {
+		switch reply.State {
+		case probe.Draining:
 			return answeredDraining, reply
+		case probe.Starting:
+			return answeredStarting, reply
 		}
 		return answeredReady, reply
 	}

@@ -41,6 +41,12 @@ var (
 		Help:           "Verdicts sent to node agents: to every agent when the verdict changes, and to an agent that holds an older one.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	dutiesSent = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "duties_sent_total",
+		Help:           "Duty lists sent to node agents whose own view of what they announce differed from the ccm's.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	verdictDown = metrics.NewGauge(&metrics.GaugeOpts{
 		Subsystem:      subsystem,
 		Name:           "verdict_down_nodes",
@@ -59,6 +65,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, verdictDown)
+		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, dutiesSent, verdictDown)
 	})
 }

@@ -35,6 +35,9 @@ const (
 	Down
 	// Draining: answering, but shutting down.
 	Draining
+	// Starting: answering, but not ready to announce (its Service cache has not synced):
+	// in the verdict, so that its standbys announce what it would.
+	Starting
 	// Replaced: answering, but the announcer moved addresses away from it while it was
 	// down and the Services' annotations still name it (the API server is away, or the
 	// patches are on their way). It stays in the verdict, so that it announces nothing
@@ -44,7 +47,7 @@ const (
 
 // String returns the state in lower case, as in metrics labels.
 func (s State) String() string {
-	return [...]string{"unknown", "up", "down", "draining", "replaced"}[s]
+	return [...]string{"unknown", "up", "down", "draining", "starting", "replaced"}[s]
 }
 
 // Prober checks every node's agent with UDP probes (package probe) every probe interval
@@ -84,6 +87,8 @@ type Prober struct {
 	replaced map[string]uint64
 	// covered counts, per node, the agents whose last reply said they stand in for it.
 	covered map[string]int
+	// duties, if set, say what each agent should announce.
+	duties Duties
 }
 
 // agentProbe is the probing of one node's agent.
@@ -97,6 +102,10 @@ type agentProbe struct {
 	covers       []string
 	standsDown   bool
 	cacheVersion uint64
+	// unable are the pools and families the agent cannot announce, as its last reply
+	// said, and confirmedOnly whether it announces only what the ccm confirms.
+	unable        []probe.Unable
+	confirmedOnly bool
 	// kick asks the probe loop to send the verdict now.
 	kick chan struct{}
 	// lastRTT (ns) and lastAnswer (Unix ns) are the last answered probe's round trip and
@@ -330,6 +339,11 @@ type Agent struct {
 	Covers []string
 	// LastProbe is when the last probe ended, answered or not; zero before the first.
 	LastProbe time.Time
+	// Unable are the pools and families the agent cannot announce now.
+	Unable []probe.Unable
+	// ConfirmedOnly says the agent announces only what the ccm confirms: its own view of
+	// the Services is not the ccm's.
+	ConfirmedOnly bool
 }
 
 // Agents returns the probing of every agent probed now, by node name: a copy, for the
@@ -339,7 +353,7 @@ func (p *Prober) Agents() map[string]Agent {
 	defer p.mu.Unlock()
 	out := make(map[string]Agent, len(p.agents))
 	for node, a := range p.agents {
-		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load()), Covers: a.covers}
+		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load()), Covers: a.covers, Unable: a.unable, ConfirmedOnly: a.confirmedOnly}
 		if at := a.lastAnswer.Load(); at != 0 {
 			pr.LastAnswer = time.Unix(0, at)
 		}

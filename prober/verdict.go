@@ -145,6 +145,9 @@ func (p *Prober) takeReplyLocked(node string, a *agentProbe, r probe.Reply) []st
 			}
 		}
 	}
+	if p.takeAbilityLocked(node, a, r) {
+		changed = append(changed, node)
+	}
 	if len(changed) > 0 {
 		p.decideLocked()
 	}
@@ -181,7 +184,8 @@ func (p *Prober) decideLocked() {
 	}
 	var down []string
 	for name, a := range p.agents {
-		if a.state == Down || p.replacedLocked(name) || p.adoptedLocked(name) {
+		// A starting agent announces nothing yet: its standbys must.
+		if a.state == Down || a.state == Starting || p.replacedLocked(name) || p.adoptedLocked(name) {
 			down = append(down, name)
 		}
 	}

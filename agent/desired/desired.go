@@ -162,13 +162,9 @@ func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Reques
 			refused = append(refused, Refusal{Service: r.Service, Address: bad, Reason: NotAnAddress})
 		}
 		for _, addr := range r.Ingress {
-			pool := cfg.PoolFor(addr)
-			switch {
-			case pool == nil:
-				refused = append(refused, Refusal{Service: r.Service, Address: addr.String(), Reason: NotInPool})
-				continue
-			case pool.NodeSelector != nil && !pool.NodeSelector.Matches(nodeLabels):
-				refused = append(refused, Refusal{Service: r.Service, Address: addr.String(), Reason: NodeNotSelected})
+			pool, reason := admit(addr, cfg, nodeLabels)
+			if reason != "" {
+				refused = append(refused, Refusal{Service: r.Service, Address: addr.String(), Reason: reason})
 				continue
 			}
 			a := byAddr[addr]
@@ -194,4 +190,43 @@ func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Reques
 		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.Address, b.Address))
 	})
 	return out, refused
+}
+
+// admit returns the pool of an address a node with nodeLabels may announce, or why it
+// may not.
+func admit(addr netip.Addr, cfg *config.Config, nodeLabels labels.Set) (*config.Pool, Reason) {
+	pool := cfg.PoolFor(addr)
+	switch {
+	case pool == nil:
+		return nil, NotInPool
+	case pool.NodeSelector != nil && !pool.NodeSelector.Matches(nodeLabels):
+		return nil, NodeNotSelected
+	}
+	return pool, ""
+}
+
+// Assignments returns, for every node, the addresses ComputeOf gives it, sorted: what the
+// ccm expects each agent to announce, from the same plans and the same verdict.
+// labelsOf returns a node's labels, for the pools' nodeSelectors.
+func Assignments(requests []*annotation.Request, cfg *config.Config, labelsOf func(node string) labels.Set, down Down) map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for _, r := range requests {
+		if !r.Ours() {
+			continue
+		}
+		node, _ := Assignee(r, down)
+		if node == "" {
+			continue
+		}
+		for _, addr := range r.Ingress {
+			if _, reason := admit(addr, cfg, labelsOf(node)); reason == "" {
+				out[node] = append(out[node], addr)
+			}
+		}
+	}
+	for node, addrs := range out {
+		slices.SortFunc(addrs, netip.Addr.Compare)
+		out[node] = slices.Compact(addrs)
+	}
+	return out
 }

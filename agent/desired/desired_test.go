@@ -1,10 +1,12 @@
 package desired
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
 const cloudConfig = `
@@ -124,5 +127,59 @@ func TestRefusalString(t *testing.T) {
 		if got := r.String(); got != want {
 			t.Errorf("%#v.String() = %q, want %q", r, got, want)
 		}
+	}
+}
+
+// TestAssignmentsAgreeWithCompute checks that the ccm's view of every node's duty is what
+// each node computes for itself, with a verdict and refusals among the Services.
+func TestAssignmentsAgreeWithCompute(t *testing.T) {
+	cfg, err := config.Parse("cloud-config", []byte(cloudConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services []*v1.Service
+	for i, plan := range [][]string{{"a", "b"}, {"b", "c"}, {"c", "a"}, {"a"}, {"d", "a"}} {
+		svc := service(fmt.Sprintf("s%d", i), plan[0], fmt.Sprintf("198.18.0.%d", 70+i))
+		if len(plan) > 1 {
+			svc.Annotations[annotation.Standbys] = strings.Join(plan[1:], ",")
+		}
+		services = append(services, svc)
+	}
+	// Refused: outside every pool, in a pool that selects no node here, not ours.
+	nodePort := service("nodeport", "a", "198.18.0.90")
+	nodePort.Spec.Type = v1.ServiceTypeNodePort
+	services = append(services, service("outside", "a", "203.0.113.1"), service("edge", "c", "198.18.1.1"), nodePort)
+	down := func(n string) bool { return n == "b" || n == "d" }
+	requests := parse(services)
+	got := Assignments(requests, cfg, func(string) labels.Set { return nil }, down)
+	for _, node := range []string{"a", "b", "c", "d"} {
+		addrs, refused := Compute(node, nil, services, cfg, down)
+		if node == "a" && len(refused) != 2 || node == "c" && len(refused) != 1 {
+			t.Errorf("%s refuses %v", node, refused)
+		}
+		var want []netip.Addr
+		for _, a := range addrs {
+			want = append(want, a.Addr)
+		}
+		if !slices.Equal(got[node], want) {
+			t.Errorf("Assignments[%s] = %v, Compute gives %v", node, got[node], want)
+		}
+		if Digest(addrs) != probe.DigestOf(got[node]) {
+			t.Errorf("%s: the digests differ", node)
+		}
+	}
+	if len(got["a"]) != 3 {
+		t.Errorf("a is given %v, want its own two and d's", got["a"])
+	}
+}
+
+func TestConfirmed(t *testing.T) {
+	own := []Address{{Addr: netip.MustParseAddr("198.51.100.1")}, {Addr: netip.MustParseAddr("198.51.100.2")}, {Addr: netip.MustParseAddr("fd00::1")}}
+	got := Confirmed(own, []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("198.51.100.9"), netip.MustParseAddr("::ffff:198.51.100.1")})
+	if len(got) != 2 || got[0].Addr != own[0].Addr || got[1].Addr != own[2].Addr {
+		t.Errorf("Confirmed = %v, want the first and the last of own, none added", got)
+	}
+	if len(Confirmed(own, nil)) != 0 {
+		t.Error("an empty duty confirms something")
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -92,35 +91,8 @@ type Watcher struct {
 	draining atomic.Bool
 	applied  []desired.Address // what the speaker was last given; only sync touches it
 	covers   []string          // the nodes stood in for, last sync; only sync touches it
-	// parsed keeps each Service's request for the version it was read from; only sync
-	// touches it.
-	parsed map[types.UID]parsedRequest
-}
-
-// parsedRequest is a Service's request as annotation.Parse read it from one version.
-type parsedRequest struct {
-	resourceVersion string
-	req             *annotation.Request
-}
-
-// requests returns the requests of the Services objs, parsing only the versions not
-// parsed before: a failover changes nothing in thousands of Services but the down nodes,
-// and must not wait for all of them to be read again.
-func (w *Watcher) requests(objs []any) []*annotation.Request {
-	parsed := make(map[types.UID]parsedRequest, len(objs))
-	out := make([]*annotation.Request, 0, len(objs))
-	for _, o := range objs {
-		svc := o.(*v1.Service)
-		p, ok := w.parsed[svc.UID]
-		if !ok || p.resourceVersion != svc.ResourceVersion || svc.ResourceVersion == "" {
-			p.resourceVersion = svc.ResourceVersion
-			p.req, _ = annotation.Parse(svc)
-		}
-		parsed[svc.UID] = p
-		out = append(out, p.req)
-	}
-	w.parsed = parsed
-	return out
+	// parsed keeps the Services' requests; only sync touches it.
+	parsed annotation.Cache
 }
 
 // Drain keeps announcing every address announced so far, and adds those that come, until
@@ -284,7 +256,11 @@ func (w *Watcher) sync() error {
 	if err != nil {
 		return fmt.Errorf("list the Services naming %s: %w", w.node, err)
 	}
-	requests := w.requests(objs)
+	services := make([]*v1.Service, len(objs))
+	for i, o := range objs {
+		services[i] = o.(*v1.Service)
+	}
+	requests := w.parsed.Requests(services)
 	var nodeLabels labels.Set
 	if n, err := w.nodes.Get(w.node); err == nil {
 		nodeLabels = n.Labels

@@ -257,7 +257,8 @@ func (s *Standby) Run(ctx context.Context) {
 // learnt from the agents what they did.
 func (s *Standby) peerChanged(peer string) {
 	var mark []string
-	if s.peers.Health(peer) == prober.Down {
+	// A starting peer announces nothing yet either.
+	if h := s.peers.Health(peer); h == prober.Down || h == prober.Starting {
 		mark = append(mark, peer)
 	}
 	if len(s.peers.CoveredBy(s.node)) > 0 {

@@ -1,0 +1,47 @@
+package announcer
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// TestAnnouncerFollowsWhatAgentsCanAnnounce checks that a node whose agent cannot announce
+// a family of a pool loses the groups holding such an address, with an event saying why,
+// and keeps the others.
+func TestAnnouncerFollowsWhatAgentsCanAnnounce(t *testing.T) {
+	v4, v6 := lbService("v4", "198.51.100.1"), lbService("v6", "2001:db8::1")
+	tc := newTestController(t, announcedBy(v4, "node-a"), announcedBy(v6, "node-a"), node("node-a", nil), node("node-b", nil))
+	tc.syncKey(t, "address/198.51.100.1")
+	tc.syncKey(t, "address/2001:db8::1")
+	tc.settle(t, "v4", "v6")
+	if a, b := tc.announcer(t, "v4"), tc.announcer(t, "v6"); a != "node-a" || b != "node-a" {
+		t.Fatalf("announcers %s and %s, want node-a for both", a, b)
+	}
+	tc.events()
+
+	tc.health.setUnable("node-a", probe.Unable{Pool: "default", Family: probe.IPv6, Reason: probe.NoAddress, Interface: "eth0"})
+	tc.syncKey(t, "address/198.51.100.1")
+	tc.syncKey(t, "address/2001:db8::1")
+	if got := tc.announcer(t, "v4"); got != "node-a" {
+		t.Errorf("IPv4 announcer %s, want node-a kept", got)
+	}
+	if got := tc.announcer(t, "v6"); got != "node-b" {
+		t.Errorf("IPv6 announcer %s, want node-b", got)
+	}
+	ev := tc.events()
+	if len(ev) != 1 || !strings.Contains(ev[0], "node-a has no IPv6 address on eth0") {
+		t.Errorf("events %q, want one AnnouncerChanged saying node-a has no IPv6 address on eth0", ev)
+	}
+
+	tc.health.setUnable("node-b", probe.Unable{Pool: "default", Family: probe.IPv6, Reason: probe.NoUpInterface})
+	tc.settle(t, "v6")
+	tc.syncKey(t, "address/2001:db8::1")
+	if got := tc.announcer(t, "v6"); got != "" {
+		t.Errorf("IPv6 announcer %q with no node able, want none", got)
+	}
+	if ev := tc.events(); len(ev) != 1 || !strings.Contains(ev[0], "node-b has no up interface for pool default") {
+		t.Errorf("events %q, want a NoAnnouncer saying node-b has no up interface for pool default", ev)
+	}
+}

@@ -1,0 +1,78 @@
+package prober
+
+import (
+	"net/netip"
+	"slices"
+
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// Duties is what the ccm's prober needs to know of what each agent should announce: a
+// *duty.Tracker.
+type Duties interface {
+	// Duty returns the digest of node's duty, and whether it is known.
+	Duty(node string) (probe.Digest, bool)
+	// List returns node's duty, its digest, and whether it is known.
+	List(node string) ([]netip.Addr, probe.Digest, bool)
+}
+
+// SetDuties makes the ccm's requests carry the digest of each agent's duty, and the
+// prober send the list to an agent whose own view differs. Call it before Run.
+func (p *Prober) SetDuties(d Duties) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.duties = d
+}
+
+// dutyFor returns the datagrams of node's duty list when its agent's reply shows a view
+// other than the ccm's, and nil otherwise. The agent takes the list only while its own
+// view stays different, so sending it with every such reply costs nothing in steady state.
+func (p *Prober) dutyFor(node string, r probe.Reply) [][]byte {
+	p.mu.Lock()
+	duties, instance := p.duties, p.instance
+	p.mu.Unlock()
+	if p.sender != probe.FromCCM || duties == nil {
+		return nil
+	}
+	addrs, digest, known := duties.List(node)
+	if !known || r.Digest == digest {
+		return nil
+	}
+	out, err := p.key.AppendDuty(probe.Duty{Instance: instance, Digest: digest, Addrs: addrs})
+	if err != nil {
+		klog.ErrorS(err, "Cannot send an agent its duty", "node", node, "addresses", len(addrs))
+		return nil
+	}
+	dutiesSent.Inc()
+	return out
+}
+
+// Unable returns the pools and families node's agent said, in its last reply, it cannot
+// announce now; nil for an agent not probed.
+func (p *Prober) Unable(node string) []probe.Unable {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a := p.agents[node]; a != nil {
+		return a.unable
+	}
+	return nil
+}
+
+// takeAbilityLocked records what a reply says the agent cannot announce, and whether it
+// announces only what the ccm confirms, and reports whether the former changed: the
+// announcer must then decide the agent's groups again.
+func (p *Prober) takeAbilityLocked(node string, a *agentProbe, r probe.Reply) bool {
+	if r.ConfirmedOnly != a.confirmedOnly {
+		klog.InfoS("Agent announces only what the ccm confirms", "node", node, "confirmedOnly", r.ConfirmedOnly)
+		a.confirmedOnly = r.ConfirmedOnly
+	}
+	probe.SortUnable(r.Unable)
+	if slices.Equal(a.unable, r.Unable) {
+		return false
+	}
+	klog.V(2).InfoS("Agent's abilities changed", "node", node, "unable", r.Unable, "before", a.unable)
+	a.unable = r.Unable
+	return true
+}
