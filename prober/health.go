@@ -14,8 +14,8 @@ const (
 	answeredReady outcome = iota
 	answeredDraining
 	answeredStarting // the agent runs but cannot announce yet
-	missed  // no answer in time
-	refused // ICMP port unreachable: the node is there, its agent is not
+	missed           // no answer in time
+	refused          // ICMP port unreachable: the node is there, its agent is not
 )
 
 // recoveryThreshold is how many answers in a row bring a down agent back up, so that a
