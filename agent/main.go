@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -125,6 +126,9 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--node-name: %w", err)
 	}
+	// Not ready before the Service cache synced and the links were read: the ccm keeps
+	// addresses away from it meanwhile, and its standbys announce what it would.
+	responder.SetState(probe.Starting)
 	probeConn, err := net.ListenPacket("udp", o.probeAddress)
 	if err != nil {
 		return fmt.Errorf("--probe-address: %w", err)
@@ -154,12 +158,15 @@ func run(ctx context.Context, o options) error {
 		Unplaced: func(a desired.Address) { watcher.Unplaced(a) },
 		// Perhaps cut off: once back, first learn what others took over meanwhile.
 		LinkLost: func(string) { standbys.Unconfirm() },
+		Unable:   responder.SetUnable,
 	})
+	sp.SetPools(cfg.Pools)
 	watcher, err = servicewatch.New(o.nodeName, cfg, factory, nodes, sp, standbys, recorder)
 	if err != nil {
 		return err
 	}
 	responder.SetCacheVersion(watcher.CacheVersion)
+	watcher.SetDuties(responder, cfg.Failover.ProbeInterval+cfg.Failover.ProbeInterval/2)
 	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), probe.NewCollector(responder))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
 	legacyregistry.MustRegister(standby.Metrics()...)
@@ -175,13 +182,17 @@ func run(ctx context.Context, o options) error {
 		}
 	}()
 	// A pool removed from the file stops being announced without a restart.
-	go config.Watch(runCtx, o.cloudConfig, o.configReload, cfg, watcher.SetConfig)
+	go config.Watch(runCtx, o.cloudConfig, o.configReload, cfg, func(cfg *config.Config) {
+		watcher.SetConfig(cfg)
+		sp.SetPools(cfg.Pools)
+	})
 	speakerDone := make(chan error, 1)
 	go func() { speakerDone <- sp.Run(runCtx) }()
 	factory.Start(runCtx.Done())
 	nodeFactory.Start(runCtx.Done())
 	go watcher.Run(runCtx)
 	go standbys.Run(runCtx)
+	go becomeReady(runCtx, responder, watcher, sp)
 	klog.InfoS("Agent started", "node", o.nodeName, "version", version.Get().GitVersion, "probeAddress", probeConn.LocalAddr(), "metricsAddress", metricsListener.Addr())
 
 	signals := make(chan os.Signal, 1)
@@ -199,6 +210,17 @@ func run(ctx context.Context, o options) error {
 	<-speakerDone
 	klog.InfoS("Agent stopped", "node", o.nodeName)
 	return nil
+}
+
+// becomeReady makes the responder's replies say ready once the Service cache has synced
+// and the speaker has read the links, unless the agent drains by then.
+func becomeReady(ctx context.Context, responder *probe.Responder, watcher *servicewatch.Watcher, sp *speaker.Speaker) {
+	_ = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		return watcher.HasSynced() && sp.Ready(), nil
+	})
+	if ctx.Err() == nil && responder.SwapState(probe.Starting, probe.Ready) {
+		klog.InfoS("Ready: the Service cache has synced and the links are read")
+	}
 }
 
 // drain returns once no Service names this node, the grace period is over, or a second

@@ -14,6 +14,7 @@ import (
 	"k8s.io/controller-manager/controller"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/announcer"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/lbstatus"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
@@ -57,6 +58,10 @@ func startAnnouncer(page *statuspage.Page, key func() *probe.Key) app.InitFuncCo
 			p := prober.New(c.Config().Failover, key(), factory.Core().V1().Nodes(), probe.FromCCM)
 			a := announcer.New(c.Config(), factory, client, c.Recorder(), p)
 			c.OnConfigChange(a.SetConfig)
+			duties := duty.New(c.Config(), factory.Core().V1().Services(), factory.Core().V1().Nodes(), p)
+			p.SetDuties(duties)
+			c.OnConfigChange(duties.SetConfig)
+			go duties.Run(ctx)
 			go p.Run(ctx)
 			go a.Run(ctx, announcerWorkers)
 			page.Lead(&statuspage.Sources{

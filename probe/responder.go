@@ -93,6 +93,12 @@ func NewResponder(node string, key *Key) (*Responder, error) {
 // SetState sets the state the following replies report.
 func (r *Responder) SetState(s State) { r.state.Store(uint32(s)) }
 
+// SwapState sets the state the following replies report to s if it is from, and reports
+// whether it was: a starting agent becomes ready unless it began draining meanwhile.
+func (r *Responder) SwapState(from, s State) bool {
+	return r.state.CompareAndSwap(uint32(from), uint32(s))
+}
+
 // State returns the state replies report.
 func (r *Responder) State() State { return State(r.state.Load()) }
 

@@ -69,7 +69,9 @@ var refusedAddresses = metrics.NewGaugeVec(&metrics.GaugeOpts{
 }, []string{"reason"})
 
 // Metrics returns the collectors of this package, to register.
-func Metrics() []metrics.Registerable { return []metrics.Registerable{refusedAddresses} }
+func Metrics() []metrics.Registerable {
+	return []metrics.Registerable{refusedAddresses, confirmedOnlyGauge}
+}
 
 // Watcher computes what this node announces from the Services naming it.
 type Watcher struct {
@@ -93,6 +95,10 @@ type Watcher struct {
 	covers   []string          // the nodes stood in for, last sync; only sync touches it
 	// parsed keeps the Services' requests; only sync touches it.
 	parsed annotation.Cache
+	// duties, if set, is the ccm's duty to compare the own view with.
+	duties      Duties
+	silentAfter time.Duration
+	check       dutyCheck
 }
 
 // Drain keeps announcing every address announced so far, and adds those that come, until
@@ -233,6 +239,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		for w.processNext() {
 		}
 	}, time.Second)
+	go w.watchDuty(ctx)
 	<-ctx.Done()
 }
 
@@ -269,6 +276,8 @@ func (w *Watcher) sync() error {
 	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, w.cfg.Load(), func(n string) bool { return down[n] })
 	if w.draining.Load() {
 		addrs = keep(w.applied, addrs)
+	} else {
+		addrs = w.confirm(addrs)
 	}
 	w.speaker.Apply(addrs)
 	w.applied = addrs

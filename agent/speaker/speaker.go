@@ -17,6 +17,8 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
 // DefaultAnnouncements are the times after gaining an address at which it is announced:
@@ -42,6 +44,9 @@ type Options struct {
 	// LinkLost, if set, is called with the name of an Ethernet interface that was up and
 	// is down or gone now: the node may have been cut off from the network.
 	LinkLost func(name string)
+	// Unable, if set, is called with what the node cannot announce (see Unable) whenever
+	// it changes with the links or the pools.
+	Unable func([]probe.Unable)
 }
 
 type respKey struct {
@@ -61,6 +66,8 @@ type Speaker struct {
 	responders map[respKey]*responder
 	unplaced   map[netip.Addr]bool
 	retired    [2]l2.Stats // counts of closed responders, per family
+	pools      []config.Pool
+	unable     []probe.Unable // as last told
 }
 
 type responder struct {
@@ -136,6 +143,7 @@ func (s *Speaker) refresh() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.tellUnable()
 	if s.opts.LinkLost != nil {
 		for _, was := range s.links {
 			i := slices.IndexFunc(links, func(l Link) bool { return l.Name == was.Name })
@@ -146,6 +154,39 @@ func (s *Speaker) refresh() {
 	}
 	s.links, s.haveLinks = links, true
 	s.reconcile()
+}
+
+// SetPools sets the pools whose announceability Options.Unable reports.
+func (s *Speaker) SetPools(pools []config.Pool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pools = pools
+	s.tellUnable()
+}
+
+// tellUnable tells Options.Unable what the node cannot announce, if it changed. s.mu is
+// held: the calls come in the order of the changes.
+func (s *Speaker) tellUnable() {
+	if s.opts.Unable == nil || !s.haveLinks {
+		return
+	}
+	u := Unable(s.pools, s.links)
+	if s.unable != nil && slices.Equal(u, s.unable) {
+		return
+	}
+	if len(u) > 0 || len(s.unable) > 0 {
+		klog.InfoS("Pools and families this node cannot announce", "unable", u)
+	}
+	s.unable = append([]probe.Unable{}, u...)
+	s.opts.Unable(u)
+}
+
+// Ready reports whether the links have been read, so that the speaker answers for what
+// it is given.
+func (s *Speaker) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.haveLinks
 }
 
 func (s *Speaker) stop() {

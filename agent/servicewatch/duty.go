@@ -1,0 +1,139 @@
+package servicewatch
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// DutyTolerance is how long the agent's own view may differ from the ccm's duty before
+// it announces only what the duty confirms: long enough for a watch event to reach this
+// agent after the ccm's cache, short enough that an agent cut off from the API server
+// stops answering for an address given to another node within a second.
+const DutyTolerance = 500 * time.Millisecond
+
+// Duties is what the watcher needs of the probe responder: what the ccm expects this
+// agent to announce, and where it says what the agent's own view is. A *probe.Responder.
+type Duties interface {
+	// Expected returns the duty digest of the newest ccm request, if that ccm knew one.
+	Expected() (probe.Digest, bool)
+	// Duty returns the newest duty list taken, or nil.
+	Duty() *probe.Duty
+	// LastCCM returns when a ccm was last heard.
+	LastCCM() time.Time
+	// SetView sets what the replies say of the agent's own view.
+	SetView(digest probe.Digest, confirmedOnly bool)
+	// OnDuty registers a function called after every duty list taken.
+	OnDuty(func())
+}
+
+var confirmedOnlyGauge = metrics.NewGauge(&metrics.GaugeOpts{
+	Subsystem:      "baremetal_agent",
+	Name:           "confirmed_only",
+	Help:           "1 while the agent announces only what the ccm's duty confirms: its own view of the Services has differed from the ccm's for longer than the tolerance, or its Service watch is broken.",
+	StabilityLevel: metrics.ALPHA,
+})
+
+// dutyCheck is the state of the comparison of the agent's own view with the ccm's duty.
+type dutyCheck struct {
+	mu            sync.Mutex
+	digest        probe.Digest // of the own view, last sync
+	mismatchSince time.Time    // zero while the views agree
+	confirmedOnly bool
+}
+
+// SetDuties makes the watcher compare its view with the ccm's duty that d receives, and
+// announce only what the duty confirms when it cannot trust its own view. silentAfter is
+// how long after the last ccm request no ccm is taken to be heard: then there is no duty
+// to compare with. Call it before Run.
+func (w *Watcher) SetDuties(d Duties, silentAfter time.Duration) {
+	w.duties, w.silentAfter = d, silentAfter
+	d.OnDuty(func() { w.queue.Add(everything) })
+}
+
+// expected returns the ccm's duty digest, if a ccm is heard that knows one.
+func (w *Watcher) expected() (probe.Digest, bool) {
+	if w.duties == nil || time.Since(w.duties.LastCCM()) > w.silentAfter {
+		return 0, false
+	}
+	return w.duties.Expected()
+}
+
+// confirm returns what the agent announces of its own view own: all of it while it agrees
+// with the ccm's duty, or while no duty is known; else, once the views have differed for
+// DutyTolerance or at once when the Service watch is broken, only what the duty confirms.
+func (w *Watcher) confirm(own []desired.Address) []desired.Address {
+	if w.duties == nil {
+		return own
+	}
+	digest := desired.Digest(own)
+	expected, known := w.expected()
+	_, broken := w.WatchBroken()
+	w.check.mu.Lock()
+	defer w.check.mu.Unlock()
+	w.check.digest = digest
+	switch {
+	case !known || digest == expected:
+		w.check.mismatchSince = time.Time{}
+	case w.check.mismatchSince.IsZero():
+		w.check.mismatchSince = time.Now()
+	}
+	mismatch := !w.check.mismatchSince.IsZero()
+	confirmedOnly := mismatch && (broken || time.Since(w.check.mismatchSince) >= DutyTolerance)
+	if confirmedOnly != w.check.confirmedOnly {
+		klog.InfoS("Own view of the Services differs from the ccm's", "node", w.node, "confirmedOnly", confirmedOnly, "since", w.check.mismatchSince, "watchBroken", broken, "digest", digest, "expected", expected)
+		w.check.confirmedOnly = confirmedOnly
+		confirmedOnlyGauge.Set(boolGauge(confirmedOnly))
+	}
+	w.duties.SetView(digest, confirmedOnly)
+	if !confirmedOnly {
+		return own
+	}
+	var duty []netip.Addr
+	if d := w.duties.Duty(); d != nil {
+		duty = d.Addrs
+	}
+	return desired.Confirmed(own, duty)
+}
+
+// watchDuty queues a sync whenever the comparison with the ccm's duty may come out
+// otherwise: the ccm's digest changed, the tolerance ran out, the watch broke or healed.
+func (w *Watcher) watchDuty(ctx context.Context) {
+	if w.duties == nil {
+		return
+	}
+	tick := time.NewTicker(DutyTolerance / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		expected, known := w.expected()
+		_, broken := w.WatchBroken()
+		w.check.mu.Lock()
+		mismatch := known && expected != w.check.digest
+		stale := mismatch != !w.check.mismatchSince.IsZero() ||
+			mismatch && !w.check.confirmedOnly && (broken || time.Since(w.check.mismatchSince) >= DutyTolerance) ||
+			!mismatch && w.check.confirmedOnly
+		w.check.mu.Unlock()
+		if stale {
+			w.queue.Add(everything)
+		}
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
