@@ -14,8 +14,8 @@ import (
 	"k8s.io/controller-manager/controller"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/announcer"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/lbstatus"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
