@@ -43,16 +43,7 @@ func (c *cluster) createLBService(t testing.TB, name string, annotations ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name, Annotations: map[string]string{annotation.Pool: "e2e"}},
-		Spec: corev1.ServiceSpec{
-			Type:                          corev1.ServiceTypeLoadBalancer,
-			AllocateLoadBalancerNodePorts: ptr.To(false),
-			IPFamilyPolicy:                ptr.To(corev1.IPFamilyPolicyRequireDualStack),
-			IPFamilies:                    []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-			Ports:                         []corev1.ServicePort{{Port: servicePort}},
-		},
-	}
+	svc := lbServiceSpec(name, ns.Name, corev1.IPv4Protocol, corev1.IPv6Protocol)
 	for i := 0; i+1 < len(annotations); i += 2 {
 		svc.Annotations[annotations[i]] = annotations[i+1]
 	}
@@ -81,6 +72,25 @@ func (c *cluster) createLBService(t testing.TB, name string, annotations ...stri
 		}
 	}
 	return svc, addrs
+}
+
+// lbServiceSpec returns a LoadBalancer Service of pool e2e, of the families given:
+// RequireDualStack with two.
+func lbServiceSpec(name, namespace string, families ...corev1.IPFamily) *corev1.Service {
+	policy := corev1.IPFamilyPolicySingleStack
+	if len(families) > 1 {
+		policy = corev1.IPFamilyPolicyRequireDualStack
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: map[string]string{annotation.Pool: "e2e"}},
+		Spec: corev1.ServiceSpec{
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			IPFamilyPolicy:                ptr.To(policy),
+			IPFamilies:                    families,
+			Ports:                         []corev1.ServicePort{{Port: servicePort}},
+		},
+	}
 }
 
 // announcer returns the Service's announcer annotation now.

@@ -174,6 +174,10 @@ func (c *Cluster) kubeconfig(cfg *rest.Config, name string) (string, error) {
 	return path, install.WriteKubeconfig(cfg, path)
 }
 
+// API returns where the agents and the ccm reach the API server: a forwarder on the
+// bridge.
+func (c *Cluster) API() netip.AddrPort { return c.api }
+
 // StartAgent runs the agent on node h; Close stops it.
 func (c *Cluster) StartAgent(h *netns.Host) (*process.Process, error) {
 	p, err := process.StartCmd(h.Label+" agent", h.Command(context.Background(), c.agentBinary,

@@ -62,6 +62,7 @@ type Client struct {
 	mu       sync.Mutex
 	requests []Request
 	stop     chan struct{}
+	stopOnce sync.Once
 	done     sync.WaitGroup
 }
 
@@ -106,9 +107,10 @@ func (c *Client) Requests() []Request {
 }
 
 // Stop stops the client, waits for its requests to finish, and returns them in the order
-// they were sent.
+// they were sent. Stopping a stopped client returns the same requests, so that a test
+// can stop it in a deferred call too.
 func (c *Client) Stop() []Request {
-	close(c.stop)
+	c.stopOnce.Do(func() { close(c.stop) })
 	c.done.Wait()
 	return c.Requests()
 }

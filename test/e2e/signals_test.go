@@ -1,0 +1,388 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
+)
+
+// nft runs nft(8) commands in h's namespace, one per line; the table they add is removed
+// with the namespace, and by drop.
+func nft(t testing.TB, h *netns.Host, lines ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range lines {
+		if out, err := h.Run(ctx, "nft", strings.Fields(l)...); err != nil {
+			t.Fatalf("nft %s in %s: %v: %s", l, h.Label, err, out)
+		}
+	}
+}
+
+// dropOutput drops what h sends that matches rule (nft syntax, such as "udp dport 7474"),
+// until the returned function is called.
+func dropOutput(t testing.TB, h *netns.Host, rule string) (heal func()) {
+	t.Helper()
+	nft(t, h,
+		"add table inet e2e-cut",
+		"add chain inet e2e-cut out { type filter hook output priority 0 ; }",
+		"add rule inet e2e-cut out "+rule+" drop",
+	)
+	var once sync.Once
+	return func() { once.Do(func() { nft(t, h, "delete table inet e2e-cut") }) }
+}
+
+// owned returns how many addresses node h's agent answers for, both families.
+func (c *cluster) owned(t testing.TB, h *netns.Host) int {
+	t.Helper()
+	return int(c.metricValue(t, h, `baremetal_agent_owned_addresses{family="IPv4"}`) +
+		c.metricValue(t, h, `baremetal_agent_owned_addresses{family="IPv6"}`))
+}
+
+// waitAnnouncerSeen polls the Service's announcer annotation every 10 ms until it names
+// node, and returns when it first saw it.
+func (c *cluster) waitAnnouncerSeen(t testing.TB, svc *corev1.Service, node string, within time.Duration) time.Time {
+	t.Helper()
+	var at time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		at = time.Now()
+		return c.announcer(t, svc) == node, nil
+	})
+	if err != nil {
+		t.Fatalf("announcer of %s/%s is %q %v later, want %s", svc.Namespace, svc.Name, c.announcer(t, svc), within, node)
+	}
+	return at
+}
+
+// setPreferredNodes writes the Service's preferred-nodes annotation.
+func (c *cluster) setPreferredNodes(t testing.TB, svc *corev1.Service, nodes string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotation.PreferredNodes, nodes)
+	if _, err := c.Admin.CoreV1().Services(svc.Namespace).Patch(context.Background(), svc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAgentCutOffFromAPIServer cuts one agent's connection to the API server (its packets
+// dropped, so that its watch hangs rather than fails) and moves its Service to another
+// node: the ccm's duty tells it on the probe channel that it no longer holds the
+// addresses, and it stops answering for them within a second of the move, while its
+// cache still says it announces them.
+func TestAgentCutOffFromAPIServer(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startCCM(t)
+	a, b := c.Net.Nodes[0], c.Net.Nodes[1]
+	svc, addrs := c.createLBService(t, "cut-off", annotation.PreferredNodes, a.Label)
+	c.waitSettled(t)
+	for _, addr := range addrs {
+		c.waitSteady(t, addr, a.Label)
+	}
+	api := c.API()
+	heal := dropOutput(t, a, fmt.Sprintf("ip daddr %s tcp dport %d", api.Addr(), api.Port()))
+	defer heal()
+	// Known state: the agent's view agrees with the ccm's, so a wrong answer later can
+	// only come from the move.
+	if got := c.owned(t, a); got != len(addrs) {
+		t.Fatalf("%s owns %d addresses before the move, want %d", a.Label, got, len(addrs))
+	}
+	c.setPreferredNodes(t, svc, b.Label)
+	moved := c.waitAnnouncerSeen(t, svc, b.Label, 10*time.Second)
+	var stopped time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		stopped = time.Now()
+		return c.owned(t, a) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%s, cut off from the API server, still answers for %d addresses 5 s after the ccm moved them to %s", a.Label, c.owned(t, a), b.Label)
+	}
+	took := stopped.Sub(moved)
+	t.Logf("%s stopped answering %v after the move was seen", a.Label, took.Round(time.Millisecond))
+	if took > time.Second {
+		t.Errorf("%s stopped answering %v after the move, want within 1 s", a.Label, took)
+	}
+	if got := c.metric(t, a, "baremetal_agent_confirmed_only"); got != "1" {
+		t.Errorf("baremetal_agent_confirmed_only of %s = %q while its cache is frozen, want 1", a.Label, got)
+	}
+	for _, addr := range addrs {
+		c.waitSteady(t, addr, b.Label)
+	}
+	// Healed, its watch catches up and it trusts its own view again.
+	heal()
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		return c.metric(t, a, "baremetal_agent_confirmed_only") == "0", nil
+	})
+	if err != nil {
+		t.Errorf("%s still announces only what the ccm confirms 90 s after its API connection healed", a.Label)
+	}
+}
+
+// createFamilyService creates a single-stack LoadBalancer Service of family f that
+// prefers node, waits for its address and announcer, and returns them. Annotations, as
+// key and value in turn, are added to the Service's.
+func (c *cluster) createFamilyService(t testing.TB, name string, f corev1.IPFamily, node string, annotations ...string) (*corev1.Service, netip.Addr) {
+	t.Helper()
+	ctx := context.Background()
+	ns, err := c.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := lbServiceSpec(name, ns.Name, f)
+	svc.Annotations[annotation.PreferredNodes] = node
+	for i := 0; i+1 < len(annotations); i += 2 {
+		svc.Annotations[annotations[i]] = annotations[i+1]
+	}
+	if _, err := c.Admin.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var addr netip.Addr
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if svc, err = c.Admin.CoreV1().Services(ns.Name).Get(ctx, name, metav1.GetOptions{}); err != nil || len(svc.Status.LoadBalancer.Ingress) != 1 {
+			return false, nil
+		}
+		addr = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
+		return svc.Annotations[annotation.Announcer] == node, nil
+	})
+	if err != nil {
+		t.Fatalf("Service %s/%s has no address announced by %s: %v", ns.Name, name, node, svc.Status.LoadBalancer.Ingress)
+	}
+	for _, h := range c.Net.Nodes {
+		if err := h.AddLocal(addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return svc, addr
+}
+
+// TestIPv6AddressLost removes the IPv6 address of the announcing node's interface: its
+// IPv6 Service fails over, with an event saying why, and its IPv4 Service stays.
+func TestIPv6AddressLost(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startCCM(t)
+	a := c.Net.Nodes[0]
+	v4, addr4 := c.createFamilyService(t, "lost-v4", corev1.IPv4Protocol, a.Label)
+	v6, addr6 := c.createFamilyService(t, "lost-v6", corev1.IPv6Protocol, a.Label)
+	c.waitSettled(t)
+	c.waitSteady(t, addr4, a.Label)
+	c.waitSteady(t, addr6, a.Label)
+	l4 := c.startClient(addr4)
+	defer l4.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	prefix := netip.PrefixFrom(a.IPv6, c.Net.Subnet6.Bits())
+	if out, err := a.Run(ctx, "ip", "-6", "addr", "del", prefix.String(), "dev", a.Interface); err != nil {
+		t.Fatalf("remove %s from %s: %v: %s", prefix, a.Label, err, out)
+	}
+	c.waitEvent(t, v6, "AnnouncerChanged", a.Label+" has no IPv6 address on "+a.Interface)
+	to := c.announcer(t, v6)
+	if to == a.Label || to == "" {
+		t.Fatalf("IPv6 announcer %q after %s lost its IPv6 address", to, a.Label)
+	}
+	c.waitSteady(t, addr6, to)
+	if got := c.announcer(t, v4); got != a.Label {
+		t.Errorf("IPv4 announcer %s, want %s kept", got, a.Label)
+	}
+	reqs := l4.Stop()
+	if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK || r.Node != a.Label }); bad >= 0 {
+		t.Errorf("IPv4 request at %v failed or reached %q, want %s throughout", reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, a.Label)
+	}
+}
+
+// lbConfig has, besides cloudConfig's pools, pool lb announced only on the nodes' second
+// interface lb0, which addLB0 makes.
+const lbConfig = cloudConfig + `- name: lb
+  addresses: [198.18.0.160-198.18.0.170]
+  autoAssign: false
+  interfaces: [lb0]
+`
+
+// addLB0 gives every node a second interface, lb0, on the bridge, with an address of
+// 198.19.6.0/24: the interface pool lb is announced on, apart from eth0, where the ccm
+// probes.
+func (c *cluster) addLB0(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, h := range c.Net.Nodes {
+		port := h.Label + "-lb"
+		for _, cmd := range [][]string{
+			{"link", "add", "lb0", "type", "veth", "peer", "name", port, "netns", c.Net.Bridge.Name},
+			{"addr", "add", fmt.Sprintf("198.19.6.%d/24", i+1), "dev", "lb0"},
+			{"link", "set", "lb0", "up"},
+		} {
+			if out, err := h.Run(ctx, "ip", cmd...); err != nil {
+				t.Fatalf("ip %v in %s: %v: %s", cmd, h.Label, err, out)
+			}
+		}
+		if out, err := c.Net.Bridge.Run(ctx, "ip", "link", "set", port, "master", "br0", "up"); err != nil {
+			t.Fatalf("attach %s to the bridge: %v: %s", port, err, out)
+		}
+	}
+}
+
+// TestPoolInterfaceDown takes down the interface of pool lb on the node announcing it,
+// which still answers the ccm's probes on eth0: the address fails over, with an event
+// saying why.
+func TestPoolInterfaceDown(t *testing.T) {
+	c := newClusterWith(t, controlplane.Shared(t), 3, lbConfig)
+	c.addLB0(t)
+	c.startCCM(t)
+	a := c.Net.Nodes[0]
+	svc, addr := c.createFamilyService(t, "pool-interface", corev1.IPv4Protocol, a.Label, annotation.Pool, "lb")
+	other, addrOther := c.createFamilyService(t, "other-pool", corev1.IPv4Protocol, a.Label)
+	c.waitSettled(t)
+	c.waitSteady(t, addr, a.Label)
+	l := c.startClient(addr)
+	defer l.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	down := time.Now()
+	if out, err := a.Run(ctx, "ip", "link", "set", "lb0", "down"); err != nil {
+		t.Fatalf("take lb0 of %s down: %v: %s", a.Label, err, out)
+	}
+	c.waitEvent(t, svc, "AnnouncerChanged", a.Label+" has no up interface for pool lb")
+	to := c.announcer(t, svc)
+	if to == a.Label || to == "" {
+		t.Fatalf("announcer %q after lb0 of %s went down", to, a.Label)
+	}
+	waitSwitched(t, l, down, to)
+	t.Logf("%s serves %s %v after lb0 of %s went down", to, addr, time.Since(down).Round(time.Millisecond), a.Label)
+	// The pool on eth0 is not concerned.
+	if got := c.announcer(t, other); got != a.Label {
+		t.Errorf("announcer of %s is %s, want %s kept", addrOther, got, a.Label)
+	}
+	c.waitSteady(t, addrOther, a.Label)
+}
+
+// TestPartitionHeals cuts the announcing node off (its link down) until its standby
+// serves and the ccm has written so, then brings it back: it must answer for nothing that
+// moved, within a second of coming back, and the traffic stays on the standby.
+func TestPartitionHeals(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startCCM(t)
+	svc, addrs := c.createLBService(t, "partition")
+	c.waitSettled(t)
+	plan := c.plan(t, svc)
+	owner, standby := c.Node(plan[0]), plan[1]
+	var clients []*traffic.Client
+	for _, a := range addrs {
+		c.waitSteady(t, a, owner.Label)
+		clients = append(clients, c.startClient(a))
+	}
+	defer func() {
+		for _, l := range clients {
+			l.Stop()
+		}
+	}()
+	cut := time.Now()
+	if err := owner.SetLink(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range clients {
+		waitSwitched(t, l, cut, standby)
+	}
+	c.waitAnnouncerSeen(t, svc, standby, 10*time.Second)
+	announced := c.metricValue(t, owner, `baremetal_agent_announcements_total{family="IPv4"}`)
+	back := time.Now()
+	if err := owner.SetLink(true); err != nil {
+		t.Fatal(err)
+	}
+	// Within a second it owns nothing, and from then on it stays so while the ccm
+	// takes it up again.
+	var quiet time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		quiet = time.Now()
+		return c.owned(t, owner) == 0, nil
+	})
+	if err != nil || quiet.Sub(back) > time.Second {
+		t.Fatalf("%s answers for %d addresses %v after it came back, want none within 1 s", owner.Label, c.owned(t, owner), time.Since(back))
+	}
+	st := c.waitSettled(t) // every agent up again, the returning one among them
+	if got := st.Agent(owner.Label); got != "up" {
+		t.Errorf("agent of %s is %s after the partition healed, want up", owner.Label, got)
+	}
+	if got := c.owned(t, owner); got != 0 {
+		t.Errorf("%s answers for %d addresses once the ccm settled, want none: they moved", owner.Label, got)
+	}
+	if got := c.metricValue(t, owner, `baremetal_agent_announcements_total{family="IPv4"}`); got != announced {
+		t.Errorf("%s sent %v announcements after it came back, want none", owner.Label, got-announced)
+	}
+	for i, l := range clients {
+		reqs := l.Stop()
+		if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return r.Start.After(back) && (!r.OK || r.Node != standby) }); bad >= 0 {
+			t.Errorf("%s: request at %v failed or reached %q after %s came back, want %s", addrs[i], reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, owner.Label, standby)
+		}
+	}
+	if got := c.announcer(t, svc); got != standby {
+		t.Errorf("announcer %s after the partition healed, want %s", got, standby)
+	}
+}
+
+// TestCCMCutOffFromAgents drops every probe the ccm sends (UDP to the agents' port, in
+// the ccm's namespace), with every node healthy: the ccm takes it for its own isolation,
+// withdraws and moves nothing, says so, and once the probes pass again nothing has moved.
+func TestCCMCutOffFromAgents(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startCCM(t)
+	svc, addrs := c.createLBService(t, "isolated")
+	c.waitSettled(t)
+	owner := c.announcer(t, svc)
+	changes := c.countEvents(t, svc, "AnnouncerChanged")
+	var clients []*traffic.Client
+	for _, a := range addrs {
+		c.waitSteady(t, a, owner)
+		clients = append(clients, c.startClient(a))
+	}
+	defer func() {
+		for _, l := range clients {
+			l.Stop()
+		}
+	}()
+	heal := dropOutput(t, c.Net.Bridge, "udp dport 7474")
+	c.waitNodeEvent(t, owner, "ProbesLost")
+	heal()
+	c.waitNodeEvent(t, owner, "ProbesRestored")
+	c.waitSettled(t)
+	time.Sleep(300 * time.Millisecond) // a window of traffic after the ccm settled, three probe intervals
+	for i, l := range clients {
+		reqs := l.Stop()
+		if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK || r.Node != owner }); bad >= 0 {
+			t.Errorf("%s: request at %v failed or reached %q while the ccm was cut off, want %s throughout", addrs[i], reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, owner)
+		}
+	}
+	if got := c.announcer(t, svc); got != owner {
+		t.Errorf("announcer %s after the ccm's isolation, want %s", got, owner)
+	}
+	if got := c.countEvents(t, svc, "AnnouncerChanged"); got != changes {
+		t.Errorf("%d AnnouncerChanged events after the ccm's isolation, want %d", got, changes)
+	}
+}
+
+// waitNodeEvent waits up to 10 s for an event of reason on Node node.
+func (c *cluster) waitNodeEvent(t testing.TB, node, reason string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, _ := events.List(ctx, c.Admin, metav1.NamespaceDefault, node, reason)
+		return len(evs) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s event on Node %s", reason, node)
+	}
+}
