@@ -170,6 +170,12 @@ type AgentStatus struct {
 	// Covers are the nodes the agent says it announces addresses of in their stead,
 	// against the annotations: it took over while they were down.
 	Covers []string `json:"covers,omitempty"`
+	// Unable says what the agent cannot announce now, one sentence a pool and family
+	// ("node-a has no IPv6 address on eth0"): those addresses go to other nodes.
+	Unable []string `json:"unable,omitempty"`
+	// ConfirmedOnly says the agent announces only what this ccm's duty confirms: its own
+	// view of the Services differs (its watch is broken, or its cache behind).
+	ConfirmedOnly bool `json:"confirmedOnly,omitzero"`
 
 	rtt time.Duration
 }
@@ -243,6 +249,10 @@ func (p *Page) Status() (*Status, error) {
 			ag.Address = pr.Address.String()
 			ag.rtt, ag.LastRTTSeconds, ag.LastAnswer = pr.LastRTT, pr.LastRTT.Seconds(), pr.LastAnswer
 			ag.Covers = pr.Covers
+			ag.ConfirmedOnly = pr.ConfirmedOnly
+			for _, u := range pr.Unable {
+				ag.Unable = append(ag.Unable, u.Explain(ag.Node))
+			}
 		}
 		st.Agents = append(st.Agents, ag)
 	}
