@@ -141,7 +141,8 @@ func run(ctx context.Context, o options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "baremetal-agent", Host: o.nodeName})
 
-	factory := informers.NewSharedInformerFactory(client, 0)
+	// Every Service of the cluster, each kept only as far as the agent reads it.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(servicewatch.Transform))
 	// Every node, to probe the peers this one backs up while no ccm is heard, at the
 	// addresses known before the API server went away; of the others only what that needs
 	// is kept. This node's labels decide which pools' addresses it may announce.
