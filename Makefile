@@ -46,7 +46,7 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: bench-ipam bench-ccm bench-failover ## Every benchmark; figures are in the README
+bench: bench-ipam bench-ccm bench-agent bench-failover ## Every benchmark; figures are in the README
 
 .PHONY: bench-ipam
 bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated
@@ -55,6 +55,10 @@ bench-ipam: ## Allocator: time, allocations and retained heap per address at 100
 .PHONY: bench-ccm
 bench-ccm: tools build ## Real control plane: 5,000 Services to converge (time, ccm peak RSS); API writes in steady state and per announcer change; a node announcing 500 Services dies
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm $(GO) test -run='^$$' -bench='BenchmarkConverge|BenchmarkSteadyState|BenchmarkNodeFailover' -benchtime=1x -timeout=30m ./test/ccm
+
+.PHONY: bench-agent
+bench-agent: tools build ## Real control plane, ~40 min: the agent's peak RSS with 5,000 and 50,000 Services in the cluster (BENCH_AGENT_BASELINE=<binary> measures another build too)
+	BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkAgentMemory -benchtime=1x -timeout=90m ./test/agent
 
 .PHONY: bench-failover
 bench-failover: tools build ## Root, ~40 min: 20 failures in each case (node death v4/v6, with the ccm leader, with the API server stopped, of a node announcing 5,000 Services); one table of min/p50/p99/max

@@ -145,7 +145,8 @@ func run(ctx context.Context, o options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "baremetal-agent", Host: o.nodeName})
 
-	factory := informers.NewSharedInformerFactory(client, 0)
+	// Every Service of the cluster, each kept only as far as the agent reads it.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(servicewatch.Transform))
 	// Every node, to probe the peers this one backs up while no ccm is heard, at the
 	// addresses known before the API server went away; of the others only what that needs
 	// is kept. This node's labels decide which pools' addresses it may announce.
@@ -175,11 +176,15 @@ func run(ctx context.Context, o options) error {
 	// The speaker outlives the signal: on SIGTERM the agent drains, answering as before.
 	runCtx, stopRunning := context.WithCancel(context.Background())
 	defer stopRunning()
-	go serveHTTP(metricsListener, watcher)
+	h := &health{watch: watcher}
+	go serveHTTP(metricsListener, watcher, h)
 	go func() {
-		if err := responder.Serve(probeConn); err != nil {
-			klog.ErrorS(err, "Health responder stopped")
+		err := responder.Serve(probeConn)
+		if err == nil {
+			err = errors.New("its socket was closed")
 		}
+		klog.ErrorS(err, "Health responder stopped")
+		h.probeStopped(time.Now(), err)
 	}()
 	// A pool removed from the file stops being announced without a restart.
 	go config.Watch(runCtx, o.cloudConfig, o.configReload, cfg, func(cfg *config.Config) {
@@ -302,10 +307,23 @@ func checkNode(ctx context.Context, client kubernetes.Interface, node string) er
 	return nil
 }
 
-func serveHTTP(l net.Listener, watcher *servicewatch.Watcher) {
+// serveHTTP serves the metrics and the probes of the kubelet. /healthz reports everything
+// that is dead; /livez, the liveness probe, only what a restart mends: an agent restarted
+// while the API server is away could not fill its cache, and would announce nothing.
+func serveHTTP(l net.Listener, watcher *servicewatch.Watcher, h *health) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", legacyregistry.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	report := func(check func(time.Time) string) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			if problem := check(time.Now()); problem != "" {
+				http.Error(w, problem, http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		}
+	}
+	mux.HandleFunc("/healthz", report(h.healthy))
+	mux.HandleFunc("/livez", report(h.live))
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !watcher.HasSynced() {
 			http.Error(w, "Service cache not synced", http.StatusServiceUnavailable)

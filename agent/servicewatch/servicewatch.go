@@ -82,6 +82,7 @@ type Watcher struct {
 	recorder record.EventRecorder
 
 	informer   cache.SharedIndexInformer
+	health     *watchHealth
 	lister     listersv1.ServiceLister
 	nodes      listersv1.NodeLister
 	nodeSynced cache.InformerSynced
@@ -113,8 +114,12 @@ func (w *Watcher) Drain() {
 // follows: its labels decide which pools' addresses it may announce. Start the
 // factories, then Run.
 func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, verdicts Verdicts, recorder record.EventRecorder) (*Watcher, error) {
+	health := &watchHealth{now: time.Now}
+	// Registered first, so that the factory's Services informer is this one.
+	factory.InformerFor(&v1.Service{}, health.newInformer)
 	services := factory.Core().V1().Services()
 	w := &Watcher{
+		health:     health,
 		node:       node,
 		speaker:    speaker,
 		verdicts:   verdicts,

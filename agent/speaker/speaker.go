@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -58,6 +59,12 @@ type respKey struct {
 type Speaker struct {
 	opts Options
 	done chan struct{}
+	// What Run reads the links with, and how often; tests replace them.
+	subscribe subscribeFunc
+	readLinks func() ([]Link, error)
+	resync    time.Duration
+	// resubscriptions counts the netlink subscriptions renewed.
+	resubscriptions atomic.Uint64
 
 	mu         sync.Mutex
 	links      []Link
@@ -84,6 +91,9 @@ func New(opts Options) *Speaker {
 	return &Speaker{
 		opts:       opts,
 		done:       make(chan struct{}),
+		subscribe:  subscribeNetlink,
+		readLinks:  readLinks,
+		resync:     resync,
 		responders: map[respKey]*responder{},
 		unplaced:   map[netip.Addr]bool{},
 	}
@@ -99,44 +109,75 @@ func (s *Speaker) Apply(addrs []desired.Address) {
 }
 
 // Run reads the links, keeps them up to date from netlink, and announces until ctx ends;
-// then it stops answering on every link and returns.
+// then it stops answering on every link and returns. A netlink subscription that fails
+// (ENOBUFS on a busy node) is renewed with a backoff; meanwhile the links are read every
+// resync.
 func (s *Speaker) Run(ctx context.Context) error {
 	defer s.stop()
-	linkUpdates := make(chan netlink.LinkUpdate, 64)
-	addrUpdates := make(chan netlink.AddrUpdate, 64)
-	subscribeErr := func(err error) { klog.ErrorS(err, "Netlink subscription failed; links are read every resync") }
-	if err := netlink.LinkSubscribeWithOptions(linkUpdates, ctx.Done(), netlink.LinkSubscribeOptions{ErrorCallback: subscribeErr}); err != nil {
+	onError := func(err error) { klog.ErrorS(err, "Netlink subscription failed") }
+	sub, err := subscribe(ctx, s.subscribe, onError)
+	if err != nil {
 		return err
 	}
-	if err := netlink.AddrSubscribeWithOptions(addrUpdates, ctx.Done(), netlink.AddrSubscribeOptions{ErrorCallback: subscribeErr}); err != nil {
-		return err
-	}
+	defer func() {
+		if sub != nil {
+			sub.close()
+		}
+	}()
 	s.refresh()
-	tick := time.NewTicker(resync)
+	tick := time.NewTicker(s.resync)
 	defer tick.Stop()
+	renew := backoff{min: resubscribeMin, max: resubscribeMax, healthy: resubscribeHealthy}
+	var retry <-chan time.Time // set while there is no subscription
 	for {
+		// Without a subscription both channels are nil, and never ready.
+		var linkUpdates <-chan netlink.LinkUpdate
+		var addrUpdates <-chan netlink.AddrUpdate
+		if sub != nil {
+			linkUpdates, addrUpdates = sub.links, sub.addrs
+		}
+		open := true
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-linkUpdates:
-		case <-addrUpdates:
+		case _, open = <-linkUpdates:
+		case _, open = <-addrUpdates:
 		case <-tick.C:
+		case <-retry:
+			retry = nil
+			if sub, err = subscribe(ctx, s.subscribe, onError); err != nil {
+				wait := renew.failed(0)
+				klog.ErrorS(err, "Cannot renew the netlink subscription; links are read every resync", "retryIn", wait)
+				retry = time.After(wait)
+				continue
+			}
+			klog.InfoS("Renewed the netlink subscription")
+			s.resubscriptions.Add(1)
 		}
 		// One read of the links for a burst of updates.
-		for drained := false; !drained; {
+		for drained := !open; !drained; {
 			select {
-			case <-linkUpdates:
-			case <-addrUpdates:
+			case _, open = <-linkUpdates:
+				drained = !open
+			case _, open = <-addrUpdates:
+				drained = !open
 			default:
 				drained = true
 			}
+		}
+		if !open {
+			// Updates were lost with the subscription: the read below catches up.
+			wait := renew.failed(time.Since(sub.since))
+			klog.InfoS("Netlink subscription closed; renewing it, and reading the links every resync meanwhile", "lasted", time.Since(sub.since).Round(time.Millisecond), "retryIn", wait, "resync", s.resync)
+			sub.close()
+			sub, retry = nil, time.After(wait)
 		}
 		s.refresh()
 	}
 }
 
 func (s *Speaker) refresh() {
-	links, err := readLinks()
+	links, err := s.readLinks()
 	if err != nil {
 		klog.ErrorS(err, "Cannot read the network interfaces")
 		return

@@ -28,6 +28,8 @@ type Stats struct {
 	Unplaced int
 	// Packets counts requests, answers and announcements, per family, since the start.
 	Packets [2]struct{ Requests, Answered, Gratuitous uint64 }
+	// Resubscriptions counts the netlink subscriptions renewed after they failed.
+	Resubscriptions uint64
 }
 
 // Stats returns what the Speaker has done so far.
@@ -36,6 +38,7 @@ func (s *Speaker) Stats() Stats {
 	defer s.mu.Unlock()
 	var st Stats
 	st.Unplaced = len(s.unplaced)
+	st.Resubscriptions = s.resubscriptions.Load()
 	owned := [2]map[netip.Addr]bool{{}, {}}
 	for f := range st.Packets {
 		st.Packets[f].Requests = s.retired[f].Requests
@@ -82,11 +85,14 @@ var (
 	descUnplaced = metrics.NewDesc("baremetal_agent_addresses_without_interface",
 		"Addresses this node should announce but has no up interface for.",
 		nil, nil, metrics.ALPHA, "")
+	descResubscriptions = metrics.NewDesc("baremetal_agent_netlink_resubscriptions_total",
+		"Netlink subscriptions to link and address changes renewed after they failed (ENOBUFS on a busy node).",
+		nil, nil, metrics.ALPHA, "")
 )
 
 // DescribeWithStability implements metrics.StableCollector.
 func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descRequests, descAnswered, descGratuitous, descOwned, descUnplaced} {
+	for _, d := range []*metrics.Desc{descRequests, descAnswered, descGratuitous, descOwned, descUnplaced, descResubscriptions} {
 		ch <- d
 	}
 }
@@ -102,4 +108,5 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(descOwned, metrics.GaugeValue, float64(st.Owned[f]), name)
 	}
 	ch <- metrics.NewLazyConstMetric(descUnplaced, metrics.GaugeValue, float64(st.Unplaced))
+	ch <- metrics.NewLazyConstMetric(descResubscriptions, metrics.CounterValue, float64(st.Resubscriptions))
 }

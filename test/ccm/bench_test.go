@@ -3,9 +3,6 @@ package ccm
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,24 +145,9 @@ func (e *env) countAssigned(b *testing.B, ns string) <-chan struct{} {
 }
 
 func peakRSSMiB(b *testing.B, p *process.Process) float64 {
-	rss, err := peakRSS(p.Pid())
+	rss, err := p.PeakRSS()
 	if err != nil {
 		b.Fatal(err)
 	}
 	return float64(rss) / (1 << 20)
-}
-
-// peakRSS returns the peak resident set size of a process, in bytes (VmHWM).
-func peakRSS(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }

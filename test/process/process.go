@@ -107,6 +107,22 @@ func StartCmd(name string, cmd *exec.Cmd) (*Process, error) {
 	return p, nil
 }
 
+// PeakRSS returns the peak resident set size of the running child, in bytes: VmHWM of
+// /proc/<pid>/status.
+func (p *Process) PeakRSS() (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", p.pid)
+}
+
 // Name returns the name the Process was started under.
 func (p *Process) Name() string { return p.name }
 

@@ -1,0 +1,92 @@
+package servicewatch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// watchHealth records since when the Service watch has been broken.
+//
+// The informer's watch error handler alone cannot say it: the reflector calls it only
+// when a list fails or a watch cannot be started for a reason it does not retry itself,
+// never for "connection refused" (an API server that is down), which it retries quietly
+// from the last resourceVersion, nor when the watch works again. So every list and watch
+// request of the informer reports here how it went: a failure breaks the watch, unless it
+// was broken already; a success, which is a list the API server answered or a watch it
+// accepted, mends it. That holds on a quiet cluster too, where no event would say the
+// watch is back: the reflector lists or watches again as soon as its backoff allows.
+type watchHealth struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	since   time.Time // zero while the watch works
+	lastErr error
+}
+
+// observe records the outcome of one list or watch request.
+func (h *watchHealth) observe(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // the informer is stopping: no verdict on the API server
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case err != nil && h.since.IsZero():
+		h.since, h.lastErr = h.now(), err
+		klog.InfoS("Service watch broken; announcing what the cache holds", "err", err)
+	case err != nil:
+		h.lastErr = err
+	case !h.since.IsZero():
+		klog.InfoS("Service watch works again", "brokenFor", h.now().Sub(h.since).Round(time.Millisecond), "lastErr", h.lastErr)
+		h.since, h.lastErr = time.Time{}, nil
+	}
+}
+
+// broken returns since when the watch has been broken, and whether it is.
+func (h *watchHealth) broken() (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.since, !h.since.IsZero()
+}
+
+// newInformer is a cache.SharedIndexInformer of every Service, as the informer factory
+// makes it, whose requests h observes. It is meant for factory.InformerFor.
+func (h *watchHealth) newInformer(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+	services := client.CoreV1().Services(metav1.NamespaceAll)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			l, err := services.List(ctx, opts)
+			h.observe(ctx, err)
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := services.Watch(ctx, opts)
+			h.observe(ctx, err)
+			return w, err
+		},
+	}
+	informer := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &v1.Service{},
+		cache.SharedIndexInformerOptions{ResyncPeriod: resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
+	// Also a failure the requests do not show, such as a list the informer cannot use.
+	_ = informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if !errors.Is(err, context.Canceled) {
+			h.observe(ctx, err)
+		}
+	})
+	return informer
+}
+
+// WatchBroken returns since when the watch of the Services has been failing, and whether
+// it is now. While it is, the agent announces what its cache last held.
+func (w *Watcher) WatchBroken() (since time.Time, broken bool) { return w.health.broken() }
