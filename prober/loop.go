@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
@@ -29,6 +30,9 @@ func sockets(sender probe.Sender) int {
 // probes would cost more than the probes. Probes are sent at most this late, and a miss
 // is taken at most this late, which only lengthens the time an answer may take.
 const minSleep = 500 * time.Microsecond
+
+// readBuffer is the receive buffer asked for each socket.
+const readBuffer = 4 << 20
 
 // sched probes the agents of one Run from a few unconnected UDP sockets: one goroutine
 // sends the probes, each agent at its own phase of the interval, and takes a probe out
@@ -84,6 +88,9 @@ func newSched(p *Prober) (*sched, error) {
 			s.close()
 			return nil, err
 		}
+		// Room for a few intervals' answers, should this process fall behind in reading
+		// them: the kernel caps it at net.core.rmem_max.
+		_ = conn.SetReadBuffer(readBuffer)
 		s.conns = append(s.conns, conn)
 	}
 	return s, nil
@@ -143,9 +150,19 @@ func (s *sched) run(ctx context.Context) {
 		s.mu.Lock()
 		now := time.Now()
 		jobs = jobs[:0]
+		unread := -1 // not asked yet
 		for len(s.heap) > 0 && !s.heap[0].due.After(now) {
 			a := s.heap[0]
 			if a.out {
+				if unread < 0 {
+					unread = s.unread()
+				}
+				if unread > 0 && now.Sub(a.deadline) < s.timeout {
+					// Answers wait in a socket: this process is behind in reading them
+					// (a busy host), and the one to a.nonce may be there. Not a miss yet.
+					s.setDueLocked(a, now.Add(minSleep))
+					continue
+				}
 				delete(s.pending, a.nonce)
 				a.out = false
 				s.endLocked(a, missed, now, 0, false)
@@ -157,7 +174,8 @@ func (s *sched) run(ctx context.Context) {
 			if a.health.suspect() && !s.iso.isolated {
 				wait = s.rapid
 			}
-			s.setDueLocked(a, now.Add(wait))
+			a.deadline = now.Add(wait)
+			s.setDueLocked(a, a.deadline)
 			jobs = append(jobs, job{a, a.nonce})
 		}
 		sleep := time.Hour
@@ -181,6 +199,23 @@ func (s *sched) run(ctx context.Context) {
 		case <-timer.C:
 		}
 	}
+}
+
+// unread returns the bytes of the first datagram waiting in the first socket that has
+// one, or 0: whether a reader is behind.
+func (s *sched) unread() int {
+	for _, c := range s.conns {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			continue
+		}
+		n := 0
+		_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+		if n > 0 {
+			return n
+		}
+	}
+	return 0
 }
 
 // sendFailed takes a probe that could not be sent for a miss, and has the next ones

@@ -27,6 +27,8 @@ type slot struct {
 	// sent is when the probe out, or the last one, was sent; endedSent when the last probe
 	// that ended was sent; firstMiss when the first probe of the current run of misses was.
 	sent, endedSent, firstMiss time.Time
+	// deadline is when the probe out is a miss, unless its answer waits in a socket.
+	deadline time.Time
 	health                     agentHealth
 	// published is the state the scheduler last gave the prober (transition); seq counts
 	// those, so that the prober takes them in order.
