@@ -172,7 +172,7 @@ func (a *agents) stop(b *testing.B, i int) time.Time {
 	select {
 	case t := <-a.stopped:
 		return t
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		b.Fatalf("agent %d did not stop", i)
 		return time.Time{}
 	}

@@ -143,8 +143,14 @@ func (s *sched) censusLocked(ref, now time.Time) {
 			continue
 		}
 		s.iso.awaiting[b] = true
-		if force {
-			s.bringForwardLocked(b, s.iso.ref, now)
+	}
+	if force {
+		// Spread over a rapid interval, the time the missing agent's last probe takes
+		// anyway: thousands of probes at once would only queue, here and at the agents.
+		k, n := 0, time.Duration(len(s.iso.awaiting))
+		for b := range s.iso.awaiting {
+			s.bringForwardLocked(b, s.iso.ref, now.Add(time.Duration(k)*s.rapid/n))
+			k++
 		}
 	}
 	klog.V(4).InfoS("Probing every agent before judging a missing one", "awaiting", len(s.iso.awaiting), "broughtForward", force)
@@ -182,9 +188,11 @@ func (s *sched) judgeIsolatedLocked(now time.Time) {
 	if s.iso.exitAwaiting == nil {
 		s.iso.exitRef = now
 		s.iso.exitAwaiting = map[*agentProbe]bool{}
+		k, n := 0, time.Duration(len(s.iso.lost))
 		for a := range s.iso.lost {
 			s.iso.exitAwaiting[a] = true
-			s.bringForwardLocked(a, now, now)
+			s.bringForwardLocked(a, now, now.Add(time.Duration(k)*s.rapid/n))
+			k++
 		}
 	}
 	if len(s.iso.exitAwaiting) > 0 {

@@ -139,16 +139,16 @@ func (s *sched) nextProbeLocked(a *agentProbe, now time.Time, sendErr bool) {
 	s.setDueLocked(a, later(next, now))
 }
 
-// bringForwardLocked has a probe sent to a at once, or as soon as the probe out ends if
+// bringForwardLocked has a probe sent to a by at, or as soon as the probe out ends if
 // that one was sent before ref.
-func (s *sched) bringForwardLocked(a *agentProbe, ref, now time.Time) {
+func (s *sched) bringForwardLocked(a *agentProbe, ref, at time.Time) {
 	switch {
 	case a.claimed || a.out:
 		if a.sent.Before(ref) {
 			a.census = true
 		}
-	case a.due.After(now):
-		s.setDueLocked(a, now)
+	case a.due.After(at):
+		s.setDueLocked(a, at)
 	}
 }
 
