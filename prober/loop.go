@@ -157,9 +157,10 @@ func (s *sched) run(ctx context.Context) {
 				if unread < 0 {
 					unread = s.unread()
 				}
-				if unread > 0 && now.Sub(a.deadline) < s.timeout {
+				if unread > 0 && now.Sub(a.deadline) < s.cfg.ProbeInterval {
 					// Answers wait in a socket: this process is behind in reading them
-					// (a busy host), and the one to a.nonce may be there. Not a miss yet.
+					// (a busy host, thousands of answers after a stall), and the one to
+					// a.nonce may be there. Not a miss yet, for up to an interval.
 					s.setDueLocked(a, now.Add(minSleep))
 					continue
 				}
