@@ -109,7 +109,7 @@ func inNetns(b *testing.B) {
 	ip("netns", "add", netnsName)
 	defer exec.Command("ip", "netns", "del", netnsName).Run()
 	ip("-n", netnsName, "link", "set", "lo", "up")
-	args := []string{"netns", "exec", netnsName, os.Args[0], "-test.run=^$", "-test.bench=^BenchmarkProber$", "-test.benchtime=1x"}
+	args := []string{"netns", "exec", netnsName, os.Args[0], "-test.run=^$", "-test.bench=^BenchmarkProber$", "-test.benchtime=1x", "-test.v"}
 	if prof := os.Getenv("PROBER_BENCH_CPUPROFILE"); prof != "" {
 		args = append(args, "-test.cpuprofile="+prof)
 	}

@@ -40,8 +40,8 @@ type isolation struct {
 	// whose misses reached the threshold, held until the census says whether others
 	// are lost too.
 	lost, gated map[*agentProbe]bool
-	// awaiting are the agents that must have had a probe sent at ref or later before a
-	// gated agent is judged: the census. lastCensus is when probes were last brought
+	// awaiting are the agents that must have had a probe sent at ref or later (a gated
+	// agent's second-to-last miss) before a gated agent is judged: the census. lastCensus is when probes were last brought
 	// forward for one: at most once per interval.
 	ref, lastCensus time.Time
 	awaiting        map[*agentProbe]bool
@@ -69,8 +69,11 @@ func (s *sched) endLocked(a *agentProbe, o outcome, now time.Time, rtt time.Dura
 		a.health = agentHealth{state: a.published}
 	}
 	a.health.observe(o, s.cfg.FailureThreshold)
-	if !answered && a.health.misses == 1 {
-		a.firstMiss = a.sent
+	if !answered && a.health.misses == max(s.cfg.FailureThreshold-1, 1) {
+		// The others must have been probed since this miss, not only since the first:
+		// an agent missing since just before this ccm was cut off would otherwise be
+		// judged on answers that came before the cut.
+		a.censusRef = a.sent
 	}
 	switch {
 	case a.health.state != Down && a.health.state != a.published:
@@ -89,7 +92,7 @@ func (s *sched) endLocked(a *agentProbe, o outcome, now time.Time, rtt time.Dura
 		// From the second-to-last miss on, the others are probed at once, so that the
 		// judgement is ready when the last miss comes.
 		if s.iso.lost[a] && !s.iso.isolated && a.health.misses >= max(s.cfg.FailureThreshold-1, 1) {
-			s.censusLocked(a.firstMiss, now)
+			s.censusLocked(a.censusRef, now)
 		}
 	}
 	s.nextProbeLocked(a, now, sendErr)
@@ -125,7 +128,7 @@ func (s *sched) forgetLocked(a *agentProbe) {
 }
 
 // censusLocked makes sure every agent not lost nor down has had a probe sent at ref or
-// later before an agent missing since ref is judged. The probes are brought forward at
+// later before an agent that missed a probe sent at ref is judged. The probes are brought forward at
 // most once per interval; otherwise they come in their turn, within an interval.
 func (s *sched) censusLocked(ref, now time.Time) {
 	if s.iso.awaiting != nil && !ref.After(s.iso.ref) {
@@ -205,13 +208,13 @@ func (s *sched) judgeIsolatedLocked(now time.Time) {
 	for a := range s.iso.lost {
 		a.health = agentHealth{state: a.published}
 		a.health.observe(missed, s.cfg.FailureThreshold)
-		a.firstMiss = a.endedSent
+		a.censusRef = a.endedSent
 		s.classifyLocked(a)
 		if !a.out && !a.claimed {
 			s.setDueLocked(a, now)
 		}
 		if a.health.misses >= max(s.cfg.FailureThreshold-1, 1) {
-			s.censusLocked(a.firstMiss, now)
+			s.censusLocked(a.censusRef, now)
 		}
 	}
 	s.judgeLocked(now)

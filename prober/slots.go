@@ -25,11 +25,12 @@ type slot struct {
 	out, claimed bool
 	nonce        uint64
 	// sent is when the probe out, or the last one, was sent; endedSent when the last probe
-	// that ended was sent; firstMiss when the first probe of the current run of misses was.
-	sent, endedSent, firstMiss time.Time
+	// that ended was sent; censusRef when the second-to-last miss before the threshold
+	// was (the last for a threshold of 1): the others must have been probed since.
+	sent, endedSent, censusRef time.Time
 	// deadline is when the probe out is a miss, unless its answer waits in a socket.
 	deadline time.Time
-	health                     agentHealth
+	health   agentHealth
 	// published is the state the scheduler last gave the prober (transition); seq counts
 	// those, so that the prober takes them in order.
 	published State
