@@ -2,8 +2,12 @@ package prober
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
 func TestNextSlot(t *testing.T) {
@@ -80,4 +84,61 @@ func TestIsolatedBy(t *testing.T) {
 			t.Errorf("isolatedBy(%d lost of %d) = %v, want %v", tc.lost, tc.probed, got, tc.want)
 		}
 	}
+}
+
+// TestRapidReprobes checks the rhythm of probes at an agent that never answers: rapid
+// probes until it is taken for down, then one probe an interval again, at its phase.
+func TestRapidReprobes(t *testing.T) {
+	port := agentPort(t)
+	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	arrivals := make(chan time.Time, 100)
+	go func() {
+		b := make([]byte, 512)
+		for {
+			n, _, err := conn.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			if n > 3 && b[3] == 1 { // a request, not the verdict
+				arrivals <- time.Now()
+			}
+		}
+	}()
+	startProber(t, port, probe.FromCCM, nil, testNode("silent", "127.0.0.2"))
+	var at []time.Time
+	for len(at) < 6 {
+		select {
+		case a := <-arrivals:
+			at = append(at, a)
+		case <-time.After(2 * time.Second):
+			t.Fatalf("only %d probes arrived", len(at))
+		}
+	}
+	const interval = 50 * time.Millisecond
+	// Misses 1 to 3, each followed at once by the next (the first probe's time, a quarter
+	// of the interval, is up before the rapid interval); then the agent's place in the
+	// cycle, at least half an interval on; then one probe an interval.
+	want := []struct{ lo, hi time.Duration }{
+		{rapidInterval - 2*time.Millisecond, rapidInterval + 10*time.Millisecond},
+		{rapidInterval - 2*time.Millisecond, rapidInterval + 10*time.Millisecond},
+		{interval/2 - 2*time.Millisecond, 3*interval/2 + 10*time.Millisecond},
+		{interval - 15*time.Millisecond, interval + 15*time.Millisecond},
+	}
+	for i, w := range want {
+		if gap := at[i+1].Sub(at[i]); gap < w.lo || gap > w.hi {
+			t.Errorf("probe %d came %v after the one before, want %v to %v (gaps %v)", i+2, gap, w.lo, w.hi, gaps(at))
+		}
+	}
+}
+
+func gaps(at []time.Time) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(at); i++ {
+		out = append(out, at[i].Sub(at[i-1]).Round(time.Millisecond))
+	}
+	return out
 }
