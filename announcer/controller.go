@@ -98,6 +98,10 @@ type Controller struct {
 	replaced map[string]uint64
 	// serviceVersion is the Service informer's LastSyncResourceVersion.
 	serviceVersion func() string
+	// isolatedNodes are the Nodes the ProbesLost events of the isolation under way went
+	// to, since isolatedSince; the ProbesRestored events go to the same ones.
+	isolatedNodes []string
+	isolatedSince time.Time
 }
 
 // New returns an announcer over the Services, EndpointSlices and Nodes of factory. It
@@ -267,6 +271,9 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		return
 	}
 	c.health.OnChange(c.enqueueNode)
+	if iso, ok := c.health.(IsolationSource); ok {
+		iso.OnIsolation(c.isolationChanged)
+	}
 	c.enqueueAll()
 	klog.InfoS("Announcer started", "workers", workers)
 	for range workers {

@@ -73,6 +73,10 @@ type Failover struct {
 	FailureThreshold int
 	// AgentPort is the UDP port of the agent's health responder: 7474 unless set.
 	AgentPort int
+	// IsolationShare is the share of the probed agents (more than it, and at least 2) that
+	// must stop answering at once for the ccm to take it for its own isolation and keep
+	// every agent's state rather than fail them all over: 0.5 unless set.
+	IsolationShare float64
 	// Failback moves an address back to the node the rule ranks first when that node
 	// becomes eligible again. Off unless set: a node that comes back after a failure does
 	// not take its addresses back, since moving them breaks connections a second time.
@@ -83,7 +87,11 @@ var defaultFailover = Failover{
 	ProbeInterval:    100 * time.Millisecond,
 	FailureThreshold: 3,
 	AgentPort:        7474,
+	IsolationShare:   DefaultIsolationShare,
 }
+
+// DefaultIsolationShare is the IsolationShare of a file that sets none.
+const DefaultIsolationShare = 0.5
 
 // Load reads the cloud-config file at path.
 func Load(path string) (*Config, error) {

@@ -45,6 +45,7 @@ failover:
   probeInterval: 250ms
   failureThreshold: 5
   agentPort: 9000
+  isolationShare: 0.75
 `
 
 func TestParseFull(t *testing.T) {
@@ -67,7 +68,7 @@ func TestParseFull(t *testing.T) {
 	if got := summarize(cfg.Pools); !reflect.DeepEqual(got, want) {
 		t.Errorf("pools:\n got %+v\nwant %+v", got, want)
 	}
-	wantFailover := Failover{ProbeInterval: 250 * time.Millisecond, FailureThreshold: 5, AgentPort: 9000}
+	wantFailover := Failover{ProbeInterval: 250 * time.Millisecond, FailureThreshold: 5, AgentPort: 9000, IsolationShare: 0.75}
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
@@ -86,7 +87,7 @@ func TestParseDefaults(t *testing.T) {
 	if !p.ServiceSelector.Empty() || !p.NodeSelector.Empty() {
 		t.Errorf("unset selectors must select everything, got %q and %q", p.ServiceSelector, p.NodeSelector)
 	}
-	wantFailover := Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: 7474}
+	wantFailover := Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: 7474, IsolationShare: 0.5}
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
@@ -211,7 +212,7 @@ failover:
 				`cloud.yaml:6: pools[0]: unknown field "autoassign"; did you mean "autoAssign"?`,
 				`cloud.yaml:8: pools[0].serviceSelector: unknown field "matchLabel"; the fields here are matchLabels, matchExpressions`,
 				`cloud.yaml:10: pools[0].serviceSelector.matchExpressions[0]: unknown field "value"; the fields here are key, operator, values`,
-				`cloud.yaml:12: failover: unknown field "interval"; the fields here are probeInterval, failureThreshold, agentPort, failback`,
+				`cloud.yaml:12: failover: unknown field "interval"; the fields here are probeInterval, failureThreshold, agentPort, isolationShare, failback`,
 			},
 		},
 		{
@@ -463,11 +464,13 @@ failover:
   probeInterval: 5ms
   failureThreshold: 0
   agentPort: 65536
+  isolationShare: 0
 `,
 			want: []string{
 				`cloud.yaml:5: failover.probeInterval: must be a duration from 10ms to 10s, such as "100ms", not "5ms"`,
 				`cloud.yaml:6: failover.failureThreshold: must be an integer from 1 to 100, not 0`,
 				`cloud.yaml:7: failover.agentPort: must be an integer from 1 to 65535, not 65536`,
+				`cloud.yaml:8: failover.isolationShare: must be a fraction above 0 and at most 1, such as 0.5, not 0`,
 			},
 		},
 		{
@@ -479,11 +482,13 @@ failover:
   probeInterval: 100
   failureThreshold: three
   agentPort: "7474"
+  isolationShare: half
 `,
 			want: []string{
 				`cloud.yaml:5: failover.probeInterval: must be a duration from 10ms to 10s, such as "100ms", not 100`,
 				`cloud.yaml:6: failover.failureThreshold: must be an integer from 1 to 100, not "three"`,
 				`cloud.yaml:7: failover.agentPort: must be an integer from 1 to 65535, not "7474"`,
+				`cloud.yaml:8: failover.isolationShare: must be a fraction above 0 and at most 1, such as 0.5, not "half"`,
 			},
 		},
 		{
@@ -495,11 +500,13 @@ failover:
   probeInterval: 1000000h
   failureThreshold: 99999999999999999999
   agentPort: -1
+  isolationShare: 1.5
 `,
 			want: []string{
 				`cloud.yaml:5: failover.probeInterval: must be a duration from 10ms to 10s, such as "100ms", not "1000000h"`,
 				`cloud.yaml:6: failover.failureThreshold: must be an integer from 1 to 100, not 99999999999999999999`,
 				`cloud.yaml:7: failover.agentPort: must be an integer from 1 to 65535, not -1`,
+				`cloud.yaml:8: failover.isolationShare: must be a fraction above 0 and at most 1, such as 0.5, not 1.5`,
 			},
 		},
 		{

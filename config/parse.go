@@ -25,7 +25,7 @@ var (
 	poolFields        = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "nodeSelector", "interfaces"}
 	selectorFields    = []string{"matchLabels", "matchExpressions"}
 	requirementFields = []string{"key", "operator", "values"}
-	failoverFields    = []string{"probeInterval", "failureThreshold", "agentPort", "failback"}
+	failoverFields    = []string{"probeInterval", "failureThreshold", "agentPort", "isolationShare", "failback"}
 )
 
 const dnsLabelRule = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
@@ -333,6 +333,10 @@ func (c *checker) failover(n *yaml.Node, path string) Failover {
 			if i, ok := c.integer(v, path, 1, 65535); ok {
 				f.AgentPort = i
 			}
+		case "isolationShare":
+			if x, ok := c.share(v, path); ok {
+				f.IsolationShare = x
+			}
 		case "failback":
 			if b, ok := c.boolean(v, path); ok {
 				f.Failback = b
@@ -429,6 +433,17 @@ func (c *checker) integer(n *yaml.Node, path string, lo, hi int) (int, bool) {
 		return 0, false
 	}
 	return i, true
+}
+
+// share reads a fraction above 0 and at most 1, such as 0.5.
+func (c *checker) share(n *yaml.Node, path string) (float64, bool) {
+	var x float64
+	tag := n.ShortTag()
+	if n.Kind != yaml.ScalarNode || (tag != "!!float" && tag != "!!int") || n.Decode(&x) != nil || !(x > 0 && x <= 1) {
+		c.unexpected(n, path, "a fraction above 0 and at most 1, such as 0.5")
+		return 0, false
+	}
+	return x, true
 }
 
 func (c *checker) duration(n *yaml.Node, path string, lo, hi time.Duration) (time.Duration, bool) {

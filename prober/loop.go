@@ -6,124 +6,341 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
-	"syscall"
+	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
-// probe probes one agent until ctx ends.
-func (p *Prober) probe(ctx context.Context, node string, a *agentProbe) {
-	addr := a.addr
-	// A connected socket: an ICMP port unreachable, which says the node is there but its
-	// agent is not, comes back as an error on it.
-	interval := p.cfg.ProbeInterval
-	health := agentHealth{}
-	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
-	for err != nil {
-		// No route to it now (this node's own link is down, say): down until a dial
-		// works, tried again every interval.
-		if health.state != Down {
-			klog.ErrorS(err, "Cannot probe agent; trying again every probe interval", "node", node, "address", addr)
-			health.state = Down
-			p.transition(node, a, Down, missed, 0)
-		}
-		a.lastProbe.Store(time.Now().UnixNano())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
-		}
-		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
+// sockets is how many UDP sockets the ccm probes from, each with one reader: a few, for
+// thousands of agents, so that replies are read in batches on more than one core.
+// An agent probes a few peers, from one.
+func sockets(sender probe.Sender) int {
+	if sender == probe.FromCCM {
+		return 2
 	}
-	context.AfterFunc(ctx, func() { conn.Close() })
+	return 1
+}
 
-	// An answer may take a quarter of an interval (25 ms by default): on a LAN it takes well
-	// under a millisecond. A late answer costs nothing but rapid probes; only
-	// failureThreshold misses in a row take the agent for dead.
-	timeout := interval / 4
-	rapid := min(rapidInterval, interval)
-	// A fresh random nonce per probe, from a generator no one can predict: a reply can
+// minSleep is the shortest wait of the scheduler: waking up for every one of thousands of
+// probes would cost more than the probes. Probes are sent at most this late, and a miss
+// is taken at most this late, which only lengthens the time an answer may take.
+const minSleep = 500 * time.Microsecond
+
+// readBuffer is the receive buffer asked for each socket.
+const readBuffer = 4 << 20
+
+// sched probes the agents of one Run from a few unconnected UDP sockets: one goroutine
+// sends the probes, each agent at its own phase of the interval, and takes a probe out
+// past its deadline for a miss; one reader per socket matches replies to the probes out
+// by their nonce. An unconnected socket sees no ICMP port unreachable: a node whose agent
+// is gone is found by its missed probes, as a dead node is, not at the first probe.
+type sched struct {
+	p     *Prober
+	cfg   config.Failover
+	conns []*net.UDPConn
+	// epoch is the origin of the agents' phases.
+	epoch time.Time
+	// timeout is the time an answer may take; rapid the time between the probes of an
+	// agent that missed one.
+	timeout, rapid time.Duration
+	// share is the share of the agents that must be lost at once for the prober to take
+	// it for its own isolation; 0 when it never does (an agent's prober).
+	share float64
+	wake  chan struct{}
+
+	mu      sync.Mutex
+	heap    dueHeap
+	agents  map[*agentProbe]bool
+	pending map[uint64]*agentProbe // probes out, by nonce
+	// nonces are fresh random nonces, from a generator no one can predict: a reply can
 	// then only be made, or replayed, by whoever holds the key and saw the request.
+	nonces  *rand.ChaCha8
+	effects []effect
+	iso     isolation
+}
+
+// newSched opens the sockets of a Run.
+func newSched(p *Prober) (*sched, error) {
+	s := &sched{
+		p: p, cfg: p.cfg, epoch: time.Now(), wake: make(chan struct{}, 1),
+		timeout: p.cfg.ProbeInterval / 4, rapid: min(rapidInterval, p.cfg.ProbeInterval),
+		agents: map[*agentProbe]bool{}, pending: map[uint64]*agentProbe{},
+		iso: isolation{lost: map[*agentProbe]bool{}, gated: map[*agentProbe]bool{}},
+	}
+	if p.sender == probe.FromCCM {
+		s.share = p.cfg.IsolationShare
+		if s.share == 0 {
+			s.share = config.DefaultIsolationShare
+		}
+	}
 	var seed [32]byte
 	_, _ = crand.Read(seed[:]) // never fails on Linux
-	nonces := rand.NewChaCha8(seed)
-	req := make([]byte, 0, probe.RequestLen)
-	buf := make([]byte, probe.MaxDatagram)
-	var verdict []byte
-	sendVerdict := func() {
-		if verdict = p.appendVerdict(verdict[:0]); verdict != nil {
-			if _, err := conn.Write(verdict); err == nil {
-				verdictsSent.Inc()
-			}
+	s.nonces = rand.NewChaCha8(seed)
+	for range sockets(p.sender) {
+		// Dual-stack: the agents' addresses are IPv4 or IPv6.
+		conn, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			s.close()
+			return nil, err
 		}
+		// Room for a few intervals' answers, should this process fall behind in reading
+		// them: the kernel caps it at net.core.rmem_max.
+		_ = conn.SetReadBuffer(readBuffer)
+		s.conns = append(s.conns, conn)
 	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	next := time.Now()
-	for ctx.Err() == nil {
-		for wait := time.Until(next); wait > 0; wait = time.Until(next) {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-a.kick:
-				sendVerdict()
-				continue
-			case <-timer.C:
-			}
-			break
-		}
-		nonce := nonces.Uint64()
-		sent := time.Now()
-		probesSent.Inc()
-		o := missed
-		var reply probe.Reply
-		if _, err := conn.Write(p.key.AppendRequest(req[:0], p.request(node, nonce))); err != nil {
-			o = refusedOr(err, missed)
-		} else {
-			wait := timeout
-			if health.suspect() {
-				wait = rapid
-			}
-			o, reply = p.await(conn, buf, nonce, node, sent.Add(wait))
-		}
-		if o.answered() {
-			if p.answered(node, a, reply) {
-				sendVerdict() // it holds an older one: it missed a verdict
-			}
-			for _, b := range p.dutyFor(node, reply) {
-				_, _ = conn.Write(b)
-			}
-		}
-		var rtt time.Duration
-		if o.answered() {
-			now := time.Now()
-			rtt = now.Sub(sent)
-			probeRTT.Observe(rtt.Seconds())
-			a.lastRTT.Store(int64(rtt))
-			a.lastAnswer.Store(now.UnixNano())
-		}
-		if health.observe(o, p.cfg.FailureThreshold) {
-			p.transition(node, a, health.state, o, rtt)
-		} else if health.misses == 1 {
-			klog.V(4).InfoS("Agent missed a probe", "node", node, "outcome", o)
-		}
-		a.lastProbe.Store(time.Now().UnixNano())
-		if health.suspect() {
-			next = sent.Add(rapid)
-		} else {
-			next = sent.Add(interval)
-		}
-		if now := time.Now(); next.Before(now) {
-			next = now
+	return s, nil
+}
+
+func (s *sched) close() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// add starts probing a, at its place in the cycle.
+func (s *sched) add(a *agentProbe) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a.idx, a.phase = -1, phaseOf(a.node, s.cfg.ProbeInterval)
+	s.agents[a] = true
+	s.setDueLocked(a, nextSlot(s.epoch, time.Now(), a.phase, s.cfg.ProbeInterval))
+}
+
+// remove stops probing a. p.mu may be held: what the removal changes (the census it
+// completes, an isolation it ends) is left for the scheduler's loop to take.
+func (s *sched) remove(a *agentProbe) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a.removed = true
+	s.unscheduleLocked(a)
+	if a.out {
+		delete(s.pending, a.nonce)
+	}
+	delete(s.agents, a)
+	s.forgetLocked(a)
+	s.judgeLocked(time.Now())
+	if len(s.effects) > 0 {
+		select {
+		case s.wake <- struct{}{}:
+		default:
 		}
 	}
 }
 
-// request returns the next request to send to node's agent.
+// run sends the probes and takes the misses until ctx ends.
+func (s *sched) run(ctx context.Context) {
+	defer s.close()
+	for _, c := range s.conns {
+		go s.read(c)
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	type job struct {
+		a     *agentProbe
+		nonce uint64
+	}
+	var jobs []job
+	req := make([]byte, 0, probe.RequestLen)
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		now := time.Now()
+		jobs = jobs[:0]
+		unread := -1 // not asked yet
+		for len(s.heap) > 0 && !s.heap[0].due.After(now) {
+			a := s.heap[0]
+			if a.out {
+				if unread < 0 {
+					unread = s.unread()
+				}
+				if unread > 0 && now.Sub(a.deadline) < s.cfg.ProbeInterval {
+					// Answers wait in a socket: this process is behind in reading them
+					// (a busy host, thousands of answers after a stall), and the one to
+					// a.nonce may be there. Not a miss yet, for up to an interval.
+					s.setDueLocked(a, now.Add(minSleep))
+					continue
+				}
+				delete(s.pending, a.nonce)
+				a.out = false
+				s.endLocked(a, missed, now, 0, false)
+				continue
+			}
+			a.out, a.nonce, a.sent = true, s.nonces.Uint64(), now
+			s.pending[a.nonce] = a
+			wait := s.timeout
+			if a.health.suspect() && !s.iso.isolated {
+				wait = s.rapid
+			}
+			a.deadline = now.Add(wait)
+			s.setDueLocked(a, a.deadline)
+			jobs = append(jobs, job{a, a.nonce})
+		}
+		sleep := time.Hour
+		if len(s.heap) > 0 {
+			sleep = max(time.Until(s.heap[0].due), minSleep)
+		}
+		effects := s.takeEffectsLocked()
+		s.mu.Unlock()
+		s.p.apply(effects)
+		for _, j := range jobs {
+			probesSent.Inc()
+			b := s.p.key.AppendRequest(req[:0], s.p.request(j.a.node, j.nonce))
+			if _, err := s.conns[j.a.sock].WriteToUDPAddrPort(b, j.a.addr); err != nil {
+				s.sendFailed(j.a, j.nonce, err)
+			}
+		}
+		timer.Reset(sleep)
+		select {
+		case <-ctx.Done():
+		case <-s.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// unread returns the bytes of the first datagram waiting in the first socket that has
+// one, or 0: whether a reader is behind.
+func (s *sched) unread() int {
+	for _, c := range s.conns {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			continue
+		}
+		n := 0
+		_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+		if n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+// sendFailed takes a probe that could not be sent for a miss, and has the next ones
+// retried with backoff once the agent is down: never given up.
+func (s *sched) sendFailed(a *agentProbe, nonce uint64, err error) {
+	s.mu.Lock()
+	if !a.out || a.nonce != nonce || a.removed {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.pending, nonce)
+	a.out = false
+	if a.sendErrs++; a.sendErrs == 1 {
+		// Once per run of failures: at thousands of agents, a firewall on this host would
+		// otherwise log thousands of lines a second.
+		klog.ErrorS(err, "Cannot send a probe to an agent; trying again with backoff", "node", a.node, "address", a.addr)
+	}
+	s.endLocked(a, missed, time.Now(), 0, true)
+	effects := s.takeEffectsLocked()
+	s.mu.Unlock()
+	s.p.apply(effects)
+}
+
+// read takes the replies arriving on conn until it is closed. Anything unauthenticated
+// or malformed is skipped; a reply is taken only if its nonce is that of a probe out.
+func (s *sched) read(conn *net.UDPConn) {
+	buf := make([]byte, probe.MaxDatagram)
+	var verdict []byte
+	for {
+		n, _, err := conn.ReadFromUDPAddrPort(buf)
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			continue
+		}
+		// The source address is not checked: the nonce is random and the reply
+		// authenticated, and an agent on a host with several addresses may answer from
+		// another one than it is probed at.
+		reply, err := s.p.key.ParseReply(buf[:n])
+		if errors.Is(err, probe.ErrAuth) {
+			unauthenticatedReplies.Inc()
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		a, stale := s.answer(reply)
+		if a == nil {
+			continue
+		}
+		if stale {
+			// It holds an older verdict: it missed one.
+			if verdict = s.p.appendVerdict(verdict[:0]); verdict != nil {
+				if _, err := conn.WriteToUDPAddrPort(verdict, a.addr); err == nil {
+					verdictsSent.Inc()
+				}
+			}
+		}
+		for _, b := range s.p.dutyFor(a.node, reply) {
+			_, _ = conn.WriteToUDPAddrPort(b, a.addr)
+		}
+	}
+}
+
+// answer takes a reply, and reports whether its agent should be sent the verdict again.
+func (s *sched) answer(r probe.Reply) (*agentProbe, bool) {
+	now := time.Now()
+	s.mu.Lock()
+	a := s.pending[r.Nonce]
+	if a == nil {
+		s.mu.Unlock()
+		return nil, false // late: its probe was taken for a miss, or a stray
+	}
+	// Claimed: what the reply says of the agent is taken before its outcome, as the
+	// verdict may depend on it (the nodes it stands in for), and outside the lock.
+	delete(s.pending, r.Nonce)
+	a.out, a.claimed = false, true
+	s.unscheduleLocked(a)
+	rtt := now.Sub(a.sent)
+	s.mu.Unlock()
+
+	o, stale := answeredReady, false
+	switch {
+	case r.Node != a.node:
+		// Another node's agent at this node's address: not this node's agent.
+		klog.V(2).InfoS("Probe answered by another node's agent", "node", a.node, "answeredBy", r.Node)
+		o = missed
+	case r.State == probe.Draining:
+		o = answeredDraining
+	case r.State == probe.Starting:
+		o = answeredStarting
+	}
+	if o != missed {
+		stale = s.p.answered(a.node, a, r)
+		probeRTT.Observe(rtt.Seconds())
+		a.lastRTT.Store(int64(rtt))
+		a.lastAnswer.Store(now.UnixNano())
+	}
+	s.mu.Lock()
+	a.claimed = false
+	if !a.removed {
+		s.endLocked(a, o, now, rtt, false)
+	}
+	effects := s.takeEffectsLocked()
+	s.mu.Unlock()
+	s.p.apply(effects)
+	return a, stale
+}
+
+// broadcast sends the verdict to every agent, each from its own socket.
+func (s *sched) broadcast(to []*agentProbe) {
+	v := s.p.appendVerdict(nil)
+	if v == nil {
+		return
+	}
+	for _, a := range to {
+		if _, err := s.conns[a.sock].WriteToUDPAddrPort(v, a.addr); err == nil {
+			verdictsSent.Inc()
+		}
+	}
+}
+
+// request returns the request to send to node's agent.
 func (p *Prober) request(node string, nonce uint64) probe.Request {
 	if p.sender != probe.FromCCM {
 		return probe.Request{Nonce: nonce, Sender: p.sender}
@@ -136,45 +353,4 @@ func (p *Prober) request(node string, nonce uint64) probe.Request {
 		r.Duty, r.DutyKnown = duties.Duty(node)
 	}
 	return r
-}
-
-// await reads until the answer to nonce arrives or deadline passes. Answers to earlier
-// probes, and anything malformed, are skipped.
-func (p *Prober) await(conn *net.UDPConn, buf []byte, nonce uint64, node string, deadline time.Time) (outcome, probe.Reply) {
-	if err := conn.SetReadDeadline(deadline); err != nil {
-		return missed, probe.Reply{}
-	}
-	for {
-		n, err := conn.Read(buf)
-		if err != nil {
-			return refusedOr(err, missed), probe.Reply{}
-		}
-		reply, err := p.key.ParseReply(buf[:n])
-		if errors.Is(err, probe.ErrAuth) {
-			unauthenticatedReplies.Inc()
-			continue
-		}
-		if err != nil || reply.Nonce != nonce {
-			continue
-		}
-		if reply.Node != node {
-			// Another node's agent at this node's address: not this node's agent.
-			klog.V(2).InfoS("Probe answered by another node's agent", "node", node, "answeredBy", reply.Node)
-			return missed, probe.Reply{}
-		}
-		switch reply.State {
-		case probe.Draining:
-			return answeredDraining, reply
-		case probe.Starting:
-			return answeredStarting, reply
-		}
-		return answeredReady, reply
-	}
-}
-
-func refusedOr(err error, o outcome) outcome {
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return refused
-	}
-	return o
 }

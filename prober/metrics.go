@@ -61,10 +61,31 @@ var (
 	}, []string{"state"})
 )
 
+var (
+	isolated = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      subsystem,
+		Name:           "prober_isolated",
+		Help:           "1 while the prober takes itself for cut off from the agents (more than failover.isolationShare of them stopped answering at once) and keeps every agent's state; 0 otherwise.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	isolations = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "prober_isolations_total",
+		Help:           "Episodes in which the prober took itself for cut off from the agents.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	censuses = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "prober_censuses_total",
+		Help:           "Times every agent's next probe was brought forward, to tell an agent's death from this ccm's isolation before taking the agent for down.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
 var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, dutiesSent, verdictDown)
+		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses)
 	})
 }

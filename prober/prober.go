@@ -89,13 +89,23 @@ type Prober struct {
 	covered map[string]int
 	// duties, if set, say what each agent should announce.
 	duties Duties
+	// sched probes the agents of the current Run; nil before Run.
+	sched *sched
+	// verdictDue asks Run's sender to send the verdict to every agent.
+	verdictDue   chan struct{}
+	isoListeners []func(Isolation)
 }
 
 // agentProbe is the probing of one node's agent.
 type agentProbe struct {
-	addr   netip.AddrPort
-	cancel context.CancelFunc
-	state  State
+	node string
+	addr netip.AddrPort
+	// sock is the scheduler's socket the agent is probed from.
+	sock int
+	// state is the agent's state, as the scheduler last published it; applied the
+	// sequence of that publication. Both under p.mu.
+	state   State
+	applied uint64
 	// covers are the nodes the agent's last reply said it stands in for, standsDown
 	// whether it said it takes itself for down, and cacheVersion the resourceVersion it
 	// said its Service cache has reached.
@@ -106,14 +116,13 @@ type agentProbe struct {
 	// said, and confirmedOnly whether it announces only what the ccm confirms.
 	unable        []probe.Unable
 	confirmedOnly bool
-	// kick asks the probe loop to send the verdict now.
-	kick chan struct{}
 	// lastRTT (ns) and lastAnswer (Unix ns) are the last answered probe's round trip and
-	// arrival, for the status page. Atomics, because the probe loop writes them on every
+	// arrival, for the status page. Atomics, because the readers write them on every
 	// answer, and p.mu is on the path of every announcer decision.
 	lastRTT, lastAnswer atomic.Int64
 	// lastProbe (Unix ns) is when the last probe ended, answered or not.
 	lastProbe atomic.Int64
+	slot
 }
 
 // New returns a prober of the agents of the nodes in the informer, with probes
@@ -123,7 +132,7 @@ func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer, 
 		// An agent's prober has no metrics of its own: an unregistered metric counts nothing.
 		registerMetrics()
 	}
-	p := &Prober{cfg: cfg, key: key, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]uint64{}, covered: map[string]int{}}
+	p := &Prober{cfg: cfg, key: key, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]uint64{}, covered: map[string]int{}, verdictDue: make(chan struct{}, 1)}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.syncNode,
 		UpdateFunc: func(_, cur any) { p.syncNode(cur) },
@@ -204,6 +213,10 @@ func (p *Prober) Run(ctx context.Context) {
 	if !cache.WaitForNamedCacheSync("baremetal-agent-prober", ctx.Done(), p.nodesSynced) {
 		return
 	}
+	s := p.openSockets(ctx)
+	if s == nil {
+		return
+	}
 	nodes, err := p.nodes.List(labels.Everything())
 	if err != nil {
 		klog.ErrorS(err, "Cannot list nodes to probe")
@@ -212,7 +225,7 @@ func (p *Prober) Run(ctx context.Context) {
 	for name := range p.agents {
 		p.forget(name) // a probe of an earlier Run
 	}
-	p.ctx = ctx
+	p.ctx, p.sched = ctx, s
 	// Leading starts are ordered in time by the leader lease, so a later leader's
 	// requests and verdicts are newer for the agents.
 	p.instance = uint64(time.Now().UnixNano())
@@ -226,7 +239,25 @@ func (p *Prober) Run(ctx context.Context) {
 	for _, n := range nodes {
 		p.syncNode(n)
 	}
-	<-ctx.Done()
+	go s.run(ctx)
+	for {
+		select {
+		case <-p.verdictDue:
+			p.mu.Lock()
+			to := make([]*agentProbe, 0, len(p.agents))
+			for _, a := range p.agents {
+				to = append(to, a)
+			}
+			current := p.sched == s
+			p.mu.Unlock()
+			if current {
+				s.broadcast(to)
+			}
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ctx != ctx {
@@ -237,13 +268,30 @@ func (p *Prober) Run(ctx context.Context) {
 	}
 }
 
+// openSockets returns the scheduler of a Run with its sockets open, trying again with
+// backoff until it can, or nil when ctx ends first.
+func (p *Prober) openSockets(ctx context.Context) *sched {
+	for wait := p.cfg.ProbeInterval; ; wait = min(2*wait, maxBackoffIntervals*p.cfg.ProbeInterval) {
+		s, err := newSched(p)
+		if err == nil {
+			return s
+		}
+		klog.ErrorS(err, "Cannot open the sockets to probe agents from; trying again", "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
 // forget stops probing a node, if it is probed. p.mu is held.
 func (p *Prober) forget(node string) {
 	a := p.agents[node]
 	if a == nil {
 		return
 	}
-	a.cancel()
+	p.sched.remove(a)
 	agentsByState.WithLabelValues(a.state.String()).Dec()
 	p.setCoversLocked(a, nil)
 	delete(p.agents, node)
@@ -276,11 +324,15 @@ func (p *Prober) syncNode(obj any) {
 		p.decideLocked() // it may have been the last one the first verdict waited for
 		return
 	}
-	ctx, cancel := context.WithCancel(p.ctx)
-	a := &agentProbe{addr: addr, cancel: cancel, kick: make(chan struct{}, 1)}
+	a := &agentProbe{node: n.Name, addr: addr, sock: socketOf(n.Name, len(p.sched.conns))}
 	p.agents[n.Name] = a
 	agentsByState.WithLabelValues(Unknown.String()).Inc()
-	go p.probe(ctx, n.Name, a)
+	p.sched.add(a)
+}
+
+// socketOf spreads the agents over n sockets by a hash of the node's name.
+func socketOf(node string, n int) int {
+	return int(phaseOf(node, time.Duration(n)))
 }
 
 // agentAddress returns where node's agent answers: its first InternalIP.
@@ -296,14 +348,16 @@ func agentAddress(n *v1.Node, port int) (netip.AddrPort, bool) {
 	return netip.AddrPort{}, false
 }
 
-// transition records the new state of a node's agent as probe a found it, and tells the
-// listeners. A probe replaced meanwhile (the node gone, or at a new address) has no say.
-func (p *Prober) transition(node string, a *agentProbe, s State, o outcome, rtt time.Duration) {
+// transition records the new state of a node's agent as the scheduler published it with
+// sequence seq, and tells the listeners. A probe replaced meanwhile (the node gone, or at a
+// new address) has no say, nor has a publication overtaken by a later one.
+func (p *Prober) transition(node string, a *agentProbe, s State, o outcome, rtt time.Duration, seq uint64) {
 	p.mu.Lock()
-	if p.agents[node] != a {
+	if p.agents[node] != a || seq <= a.applied {
 		p.mu.Unlock()
 		return
 	}
+	a.applied = seq
 	agentsByState.WithLabelValues(a.state.String()).Dec()
 	agentsByState.WithLabelValues(s.String()).Inc()
 	a.state = s

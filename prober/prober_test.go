@@ -106,8 +106,8 @@ func TestProber(t *testing.T) {
 
 	stopA := respond(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
 	go p.Run(ctx)
-	// node-b answers nothing: its port is closed, and the ICMP port unreachable makes each
-	// probe an immediate miss, so the first verdict comes within a few rapid probes.
+	// node-b answers nothing: its port is closed, so the first verdict comes after its
+	// turn, a timeout and two rapid probes.
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
 		t.Fatal("prober never synced")

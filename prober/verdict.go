@@ -196,11 +196,9 @@ func (p *Prober) decideLocked() {
 	p.verdict = probe.Verdict{VerdictRef: probe.VerdictRef{Instance: p.instance, Seq: p.verdict.Seq + 1}, Down: down}
 	verdictDown.Set(float64(len(down)))
 	klog.V(2).InfoS("Verdict changed", "seq", p.verdict.Seq, "down", few(down))
-	for _, a := range p.agents {
-		select {
-		case a.kick <- struct{}{}:
-		default:
-		}
+	select {
+	case p.verdictDue <- struct{}{}:
+	default: // a send is due already, and takes the latest verdict
 	}
 }
 

@@ -83,11 +83,29 @@ type Status struct {
 	// Synced is false while this leader is still filling its caches, probing the agents
 	// for the first time or restoring the addresses recorded in the Services' status: until
 	// then Services, agents and used addresses may be missing.
-	Synced        bool               `json:"synced"`
-	Pools         []PoolStatus       `json:"pools"`
-	Services      []ServiceStatus    `json:"services"`
-	Agents        []AgentStatus      `json:"agents"`
+	Synced   bool            `json:"synced"`
+	Pools    []PoolStatus    `json:"pools"`
+	Services []ServiceStatus `json:"services"`
+	Agents   []AgentStatus   `json:"agents"`
+	// Isolation is set while the prober takes itself for cut off from the agents.
+	Isolation     *IsolationStatus   `json:"isolation,omitempty"`
 	RecentChanges []announcer.Change `json:"recentChanges"`
+}
+
+// IsolationStatus is the prober's isolation under way: more than failover.isolationShare
+// of the agents stopped answering at once, and every agent keeps its state.
+type IsolationStatus struct {
+	Since time.Time `json:"since"`
+	// Lost is how many agents have not answered their last probe, of Probed.
+	Lost   int `json:"lost"`
+	Probed int `json:"probed"`
+}
+
+// IsolationSource is the prober's view of its own isolation: a *prober.Prober. Agents
+// that are one too show it on the page.
+type IsolationSource interface {
+	// Isolation returns whether the prober takes itself for cut off, and the agents lost.
+	Isolation() prober.Isolation
 }
 
 // PoolStatus is one pool of the cloud-config, in file order.
@@ -257,6 +275,11 @@ func (p *Page) Status() (*Status, error) {
 		st.Agents = append(st.Agents, ag)
 	}
 	slices.SortFunc(st.Agents, func(x, y AgentStatus) int { return strings.Compare(x.Node, y.Node) })
+	if iso, ok := src.Agents.(IsolationSource); ok {
+		if v := iso.Isolation(); v.Isolated {
+			st.Isolation = &IsolationStatus{Since: v.Since, Lost: len(v.Lost), Probed: v.Probed}
+		}
+	}
 
 	st.Synced = src.Announcer.HasSynced() && (src.Allocator.Restored() || !holding)
 	return st, nil

@@ -296,3 +296,35 @@ func (f fakeAgents) Health(node string) prober.State {
 	return prober.Down
 }
 func (f fakeAgents) Agents() map[string]prober.Agent { return f.agents }
+
+// isolatedAgents is a prober that takes itself for cut off from the agents.
+type isolatedAgents struct {
+	fakeAgents
+	iso prober.Isolation
+}
+
+func (f isolatedAgents) Isolation() prober.Isolation { return f.iso }
+
+// TestStatusIsolation checks that the page says when the prober takes itself for cut off.
+func TestStatusIsolation(t *testing.T) {
+	src := sources(t, nil, nil)
+	p := New()
+	p.Lead(src)
+	if _, _, page := get(t, p.Handler(), "GET", "/"); strings.Contains(page, "own isolation") {
+		t.Error("the page tells of an isolation with none")
+	}
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	src.Agents = isolatedAgents{iso: prober.Isolation{Isolated: true, Lost: []string{"a", "b", "c"}, Probed: 4, Since: since}}
+	_, _, page := get(t, p.Handler(), "GET", "/")
+	if !strings.Contains(page, "Since 03:04:05.000Z, 3 of 4 agents do not answer: this leader takes it for its own isolation") {
+		t.Errorf("the page does not tell of the isolation:\n%s", page)
+	}
+	_, _, js := get(t, p.Handler(), "GET", "/status.json")
+	var st Status
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	if want := (IsolationStatus{Since: since, Lost: 3, Probed: 4}); st.Isolation == nil || *st.Isolation != want {
+		t.Errorf("status.json isolation %+v, want %+v", st.Isolation, want)
+	}
+}

@@ -1,0 +1,385 @@
+package prober
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// The benchmark runs the simulated agents, and a process that keeps a core busy, as this
+// test binary run again with benchRole set: the prober's own CPU is then measured alone.
+const (
+	benchRole   = "PROBER_BENCH_ROLE"
+	benchNetns  = "PROBER_BENCH_NETNS"
+	benchAgents = 5000
+	netnsName   = "baremetal-prober-bench"
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(benchRole) {
+	case "agents":
+		n, _ := strconv.Atoi(os.Getenv("PROBER_BENCH_N"))
+		port, _ := strconv.Atoi(os.Getenv("PROBER_BENCH_PORT"))
+		os.Exit(serveAgents(n, port))
+	case "spin":
+		for {
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// benchAddr is the loopback address of simulated agent i: every 127/8 address is local.
+func benchAddr(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) }
+
+// serveAgents answers probes as n agents, each on its own address, until its input ends.
+// A line "stop i" stops agent i, answered by "stopped i <Unix ns>".
+func serveAgents(n, port int) int {
+	conns := make([]net.PacketConn, n)
+	for i := range n {
+		c, err := net.ListenPacket("udp", benchAddr(i)+":"+strconv.Itoa(port))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		r, err := probe.NewResponder(fmt.Sprintf("node-%d", i), testKey)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		conns[i] = c
+		go r.Serve(c)
+	}
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var i int
+		if _, err := fmt.Sscanf(in.Text(), "stop %d", &i); err == nil && i < n {
+			conns[i].Close()
+			fmt.Printf("stopped %d %d\n", i, time.Now().UnixNano())
+		}
+	}
+	return 0
+}
+
+// BenchmarkProber probes 5,000 simulated agents every 100 ms (the defaults) and reports
+// the prober's CPU, alone and with the other core kept busy, the agents it took for down
+// though they answered (false downs), the time from stopping an agent to its Down, and,
+// in a network namespace, what an isolation does. As root it runs itself again in a
+// network namespace of its own, so that only loopback addresses there see traffic.
+func BenchmarkProber(b *testing.B) {
+	if os.Getenv(benchNetns) == "" && os.Geteuid() == 0 {
+		inNetns(b)
+		return
+	}
+	benchProber(b)
+}
+
+// inNetns runs the benchmark again in a network namespace it creates, and removes it,
+// also one left by a run that failed.
+func inNetns(b *testing.B) {
+	ip := func(args ...string) {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			b.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	_ = exec.Command("ip", "netns", "del", netnsName).Run()
+	ip("netns", "add", netnsName)
+	defer exec.Command("ip", "netns", "del", netnsName).Run()
+	ip("-n", netnsName, "link", "set", "lo", "up")
+	args := []string{"netns", "exec", netnsName, os.Args[0], "-test.run=^$", "-test.bench=^BenchmarkProber$", "-test.benchtime=1x", "-test.v"}
+	if prof := os.Getenv("PROBER_BENCH_CPUPROFILE"); prof != "" {
+		args = append(args, "-test.cpuprofile="+prof)
+	}
+	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), benchNetns+"="+netnsName)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("the benchmark in network namespace %s: %v", netnsName, err)
+	}
+	b.Log("the figures are those of the run in the network namespace, above")
+}
+
+// agents is the process of the simulated agents.
+type agents struct {
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	stopped chan time.Time
+}
+
+func startAgents(b *testing.B, n, port int) *agents {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), benchRole+"=agents", "PROBER_BENCH_N="+strconv.Itoa(n), "PROBER_BENCH_PORT="+strconv.Itoa(port))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		in.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	a := &agents{cmd: cmd, in: in, stopped: make(chan time.Time, 1)}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "ready" {
+		b.Fatalf("the simulated agents did not start: %q", lines.Text())
+	}
+	go func() {
+		for lines.Scan() {
+			var i int
+			var ns int64
+			if _, err := fmt.Sscanf(lines.Text(), "stopped %d %d", &i, &ns); err == nil {
+				a.stopped <- time.Unix(0, ns)
+			}
+		}
+	}()
+	return a
+}
+
+// stop stops agent i and returns when it stopped.
+func (a *agents) stop(b *testing.B, i int) time.Time {
+	fmt.Fprintf(a.in, "stop %d\n", i)
+	select {
+	case t := <-a.stopped:
+		return t
+	case <-time.After(30 * time.Second):
+		b.Fatalf("agent %d did not stop", i)
+		return time.Time{}
+	}
+}
+
+// spin keeps a core busy in a process of its own until the benchmark ends.
+func spin(b *testing.B) (stop func()) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), benchRole+"=spin")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	b.Cleanup(stop)
+	return stop
+}
+
+// cpuTime is the CPU this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is the CPU process pid has used, from /proc.
+func procCPU(pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command, which ends with the last ')': utime and stime are the
+	// 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+type down struct {
+	node string
+	at   time.Time
+}
+
+func benchProber(b *testing.B) {
+	port := 7474
+	if os.Getenv(benchNetns) == "" {
+		port = 17474 // the host's loopback: keep clear of an agent that may run there
+	}
+	n := benchAgents
+	if v, err := strconv.Atoi(os.Getenv("PROBER_BENCH_AGENTS")); err == nil {
+		n = v // fewer, to see where a slow machine stands
+	}
+	b.Cleanup(func() {
+		// Datagrams dropped for want of buffer show here: the namespace's UDP counters.
+		if snmp, err := os.ReadFile("/proc/net/snmp"); err == nil {
+			for _, l := range strings.Split(string(snmp), "\n") {
+				if strings.HasPrefix(l, "Udp:") {
+					b.Log(l)
+				}
+			}
+		}
+	})
+	sim := startAgents(b, n, port)
+	nodes := make([]runtime.Object, n)
+	for i := range n {
+		nodes[i] = testNode(fmt.Sprintf("node-%d", i), benchAddr(i))
+	}
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
+	cfg := config.Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: port, IsolationShare: config.DefaultIsolationShare}
+	p := New(cfg, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
+	// A listener must not block the prober: room for many downs, and the rest counted.
+	downs := make(chan down, 20*n)
+	var overflow atomic.Int64
+	p.OnChange(func(node string) {
+		if p.Health(node) == Down {
+			select {
+			case downs <- down{node, time.Now()}:
+			default:
+				overflow.Add(1)
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	go p.Run(ctx)
+	syncCtx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if !cache.WaitForCacheSync(syncCtx.Done(), p.HasSynced) {
+		b.Fatal("the prober never synced")
+	}
+	time.Sleep(2 * time.Second)
+	b.ResetTimer()
+
+	// CPU alone, then with the other core kept busy.
+	measure := func(d time.Duration) (cores, probesPerSecond float64) {
+		cpu, sent, start := cpuTime(), counter(probesSent), time.Now()
+		simCPU := procCPU(sim.cmd.Process.Pid)
+		time.Sleep(d)
+		wall := time.Since(start)
+		b.Logf("over %v: the simulated agents' process used %.3f cores",
+			wall.Round(time.Millisecond), float64(procCPU(sim.cmd.Process.Pid)-simCPU)/float64(wall))
+		return float64(cpuTime()-cpu) / float64(wall), (counter(probesSent) - sent) / wall.Seconds()
+	}
+	cores, rate := measure(10 * time.Second)
+	stopSpin := spin(b)
+	busyCores, busyRate := measure(10 * time.Second)
+	stopSpin()
+	falseDowns := len(downs) + int(overflow.Load())
+	for range falseDowns {
+		b.Logf("false down: %v", <-downs)
+	}
+
+	b.Logf("prober CPU %.3f cores at %.0f probes/s (%.1f µs a probe); with the other core busy %.3f cores at %.0f probes/s; %d false downs",
+		cores, rate, cores/rate*1e6, busyCores, busyRate, falseDowns)
+	b.ReportMetric(cores, "cores")
+	b.ReportMetric(rate, "probes/s")
+	b.ReportMetric(busyCores, "cores-other-core-busy")
+	b.ReportMetric(busyRate, "probes/s-other-core-busy")
+	b.ReportMetric(float64(falseDowns), "false-downs")
+
+	// Detection: stop agents one at a time, at random phases. Another agent going down
+	// meanwhile is a false down too.
+	var took []time.Duration
+	for k := range 20 {
+		i := (17 + 241*k) % n
+		time.Sleep(time.Duration(rand.N(100)) * time.Millisecond)
+		stopped := sim.stop(b, i)
+		timeout := time.After(2 * time.Second)
+	wait:
+		for {
+			select {
+			case d := <-downs:
+				if d.node != fmt.Sprintf("node-%d", i) {
+					falseDowns++
+					continue
+				}
+				took = append(took, d.at.Sub(stopped))
+				break wait
+			case <-timeout:
+				b.Errorf("node-%d not down 2s after its agent stopped", i)
+				break wait
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(took) == 0 {
+		b.Fatal("no stopped agent went down")
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(falseDowns), "false-downs-with-kills")
+	b.ReportMetric(ms(took[len(took)/2]), "detect-p50-ms")
+	b.ReportMetric(ms(took[len(took)*99/100]), "detect-p99-ms")
+	b.Logf("detection of %d stopped agents: min %v, p50 %v, p99 %v, max %v", len(took), took[0], took[len(took)/2], took[len(took)*99/100], took[len(took)-1])
+
+	if os.Getenv(benchNetns) != "" {
+		benchIsolation(b, p, downs, port)
+	}
+}
+
+// benchIsolation cuts this namespace's probes off (a routing rule that refuses UDP to
+// the agents' port, as a firewall on the ccm's host would) and checks that no agent goes
+// down, then that the isolation ends when the rule is removed.
+func benchIsolation(b *testing.B, p *Prober, downs chan down, port int) {
+	ip := func(args ...string) {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			b.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	// The local table comes first; move it after the rule that cuts the probes off.
+	ip("rule", "add", "pref", "100", "lookup", "local")
+	ip("rule", "del", "pref", "0")
+	ip("rule", "add", "pref", "10", "to", "127.1.0.0/16", "ipproto", "udp", "dport", strconv.Itoa(port), "prohibit")
+	cut := time.Now()
+	time.Sleep(2 * time.Second)
+	iso := p.Isolation()
+	ip("rule", "del", "pref", "10")
+	restored := time.Now()
+	for p.Isolation().Isolated && time.Since(restored) < 5*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	over := time.Since(restored)
+	time.Sleep(time.Second)
+	isolatedDowns := len(downs)
+	for range isolatedDowns {
+		b.Logf("down in or after the isolation: %v", <-downs)
+	}
+	if !iso.Isolated {
+		b.Errorf("not isolated 2s after the probes were cut off: %+v", iso)
+	}
+	b.ReportMetric(float64(len(iso.Lost)), "isolation-lost")
+	b.ReportMetric(float64(isolatedDowns), "isolation-downs")
+	b.ReportMetric(ms(over), "isolation-end-ms")
+	b.Logf("probes cut off for %v: isolated within %v with %d of %d lost; over %v after they were restored; %d agents down",
+		restored.Sub(cut), iso.Since.Sub(cut), len(iso.Lost), iso.Probed, over, isolatedDowns)
+}
+
+func counter(c metrics.CounterMetric) float64 {
+	v, _ := testutil.GetCounterMetricValue(c)
+	return v
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,161 @@
+package prober
+
+import (
+	"container/heap"
+	"hash/fnv"
+	"time"
+)
+
+// maxBackoffIntervals caps the time between two attempts to probe an agent whose probes
+// cannot even be sent (no route to it, a firewall on this host): a few intervals, so that
+// the agent is found again soon after the network comes back.
+const maxBackoffIntervals = 4
+
+// slot is the scheduler's part of an agentProbe, guarded by the scheduler's mu.
+type slot struct {
+	// idx is the agent's place in the scheduler's heap, -1 when not in it.
+	idx int
+	// due is the agent's next event: the next send, or the deadline of the probe out.
+	due time.Time
+	// phase is the agent's offset in the probe interval, so that agents are probed spread
+	// over the interval instead of all at once.
+	phase time.Duration
+	// out says a probe is out, waiting for its answer until due; claimed that its answer
+	// is being taken by a reader, outside the scheduler's lock.
+	out, claimed bool
+	nonce        uint64
+	// sent is when the probe out, or the last one, was sent; endedSent when the last probe
+	// that ended was sent; censusRef when the second-to-last miss before the threshold
+	// was (the last for a threshold of 1): the others must have been probed since.
+	sent, endedSent, censusRef time.Time
+	// deadline is when the probe out is a miss, unless its answer waits in a socket.
+	deadline time.Time
+	health   agentHealth
+	// published is the state the scheduler last gave the prober (transition); seq counts
+	// those, so that the prober takes them in order.
+	published State
+	seq       uint64
+	// sendErrs counts the attempts in a row whose probe could not be sent.
+	sendErrs int
+	// census asks for the next probe at once, when the probe out ends.
+	census bool
+	// removed says the agent is probed no more.
+	removed bool
+}
+
+// phaseOf spreads the agents over the interval by a hash of the node's name: stable across
+// restarts and leaders, and with no state to keep.
+func phaseOf(node string, interval time.Duration) time.Duration {
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	return time.Duration(h.Sum64() % uint64(interval))
+}
+
+// nextSlot returns the first time not before after that is phase past epoch plus a whole
+// number of intervals: the agent's place in the probing cycle.
+func nextSlot(epoch, after time.Time, phase, interval time.Duration) time.Time {
+	d := after.Sub(epoch) - phase
+	k := d / interval
+	if d > k*interval {
+		k++
+	}
+	return epoch.Add(phase + k*interval)
+}
+
+// backoff returns the wait before the next attempt to probe an agent after errs attempts
+// in a row could not be sent, failureThreshold of them making it down: the first ones are
+// the usual rapid re-probes (the caller's), then one interval, doubling up to a cap.
+func backoff(errs, failureThreshold int, interval time.Duration) time.Duration {
+	k := min(max(errs-failureThreshold, 0), 8)
+	return min(interval<<k, maxBackoffIntervals*interval)
+}
+
+// dueHeap orders agents by their next event.
+type dueHeap []*agentProbe
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+
+func (h *dueHeap) Push(x any) {
+	a := x.(*agentProbe)
+	a.idx = len(*h)
+	*h = append(*h, a)
+}
+
+func (h *dueHeap) Pop() any {
+	old := *h
+	a := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	a.idx = -1
+	return a
+}
+
+// setDueLocked schedules a's next event at t, and wakes the scheduler when it comes first.
+func (s *sched) setDueLocked(a *agentProbe, t time.Time) {
+	a.due = t
+	if a.idx < 0 {
+		heap.Push(&s.heap, a)
+	} else {
+		heap.Fix(&s.heap, a.idx)
+	}
+	if a.idx == 0 {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// unscheduleLocked takes a out of the heap.
+func (s *sched) unscheduleLocked(a *agentProbe) {
+	if a.idx >= 0 {
+		heap.Remove(&s.heap, a.idx)
+	}
+}
+
+// nextProbeLocked schedules a's next probe after its last one ended at now, with sendErr
+// when it could not be sent.
+func (s *sched) nextProbeLocked(a *agentProbe, now time.Time, sendErr bool) {
+	var next time.Time
+	switch {
+	case a.census:
+		a.census = false
+		next = now
+	case sendErr && a.health.state == Down:
+		next = now.Add(backoff(a.sendErrs, s.cfg.FailureThreshold, s.cfg.ProbeInterval))
+	case a.health.suspect() && !s.iso.isolated:
+		// Suspicion is settled at once; while this ccm is isolated, every agent is suspect
+		// and rapid probes of thousands would only fill its own queues.
+		next = a.sent.Add(s.rapid)
+	default:
+		// Back to the agent's place in the cycle, at least half an interval on, so that a
+		// probe answered after rapid ones is not followed by another at once.
+		next = nextSlot(s.epoch, a.sent.Add(s.cfg.ProbeInterval/2), a.phase, s.cfg.ProbeInterval)
+	}
+	s.setDueLocked(a, later(next, now))
+}
+
+// bringForwardLocked has a probe sent to a by at, or as soon as the probe out ends if
+// that one was sent before ref.
+func (s *sched) bringForwardLocked(a *agentProbe, ref, at time.Time) {
+	switch {
+	case a.claimed || a.out:
+		if a.sent.Before(ref) {
+			a.census = true
+		}
+	case a.due.After(at):
+		s.setDueLocked(a, at)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,144 @@
+package prober
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+func TestNextSlot(t *testing.T) {
+	epoch := time.Now()
+	const interval = 100 * time.Millisecond
+	for _, tc := range []struct {
+		after, phase, want time.Duration
+	}{
+		{0, 0, 0},
+		{1, 0, interval},
+		{0, 30 * time.Millisecond, 30 * time.Millisecond},
+		{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond},
+		{31 * time.Millisecond, 30 * time.Millisecond, 130 * time.Millisecond},
+		{250 * time.Millisecond, 30 * time.Millisecond, 330 * time.Millisecond},
+	} {
+		if got := nextSlot(epoch, epoch.Add(tc.after), tc.phase, interval).Sub(epoch); got != tc.want {
+			t.Errorf("nextSlot(+%v, phase %v) = +%v, want +%v", tc.after, tc.phase, got, tc.want)
+		}
+	}
+}
+
+// TestPhasesSpread checks that 5,000 nodes' probes are spread evenly over the interval:
+// no tenth of it holds more than a fifth above its share.
+func TestPhasesSpread(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	var buckets [10]int
+	for i := range 5000 {
+		ph := phaseOf(fmt.Sprintf("node-%d", i), interval)
+		if ph < 0 || ph >= interval {
+			t.Fatalf("phase %v out of the interval", ph)
+		}
+		buckets[ph*10/interval]++
+	}
+	for i, n := range buckets {
+		if n < 400 || n > 600 {
+			t.Errorf("tenth %d of the interval holds %d of 5,000 probes, want about 500: %v", i, n, buckets)
+		}
+	}
+	if phaseOf("node-1", interval) != phaseOf("node-1", interval) {
+		t.Error("a node's phase changes")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	for _, tc := range []struct {
+		errs int
+		want time.Duration
+	}{
+		{3, interval}, {4, 2 * interval}, {5, 4 * interval}, {6, 4 * interval}, {1000, 4 * interval},
+	} {
+		if got := backoff(tc.errs, 3, interval); got != tc.want {
+			t.Errorf("backoff after %d failed sends = %v, want %v", tc.errs, got, tc.want)
+		}
+	}
+}
+
+func TestIsolatedBy(t *testing.T) {
+	for _, tc := range []struct {
+		lost, probed int
+		want         bool
+	}{
+		{1, 1, false}, // the only node of a one-node cluster fails over
+		{1, 2, false}, // so does one of two
+		{2, 2, true},
+		{2, 3, true},
+		{2, 4, false}, // half is not more than half
+		{3, 4, true},
+		{5, 6, true},
+		{2500, 5000, false},
+		{2501, 5000, true},
+	} {
+		if got := isolatedBy(tc.lost, tc.probed, 0.5); got != tc.want {
+			t.Errorf("isolatedBy(%d lost of %d) = %v, want %v", tc.lost, tc.probed, got, tc.want)
+		}
+	}
+}
+
+// TestRapidReprobes checks the rhythm of probes at an agent that never answers: rapid
+// probes until it is taken for down, then one probe an interval again, at its phase.
+func TestRapidReprobes(t *testing.T) {
+	port := agentPort(t)
+	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	arrivals := make(chan time.Time, 100)
+	go func() {
+		b := make([]byte, 512)
+		for {
+			n, _, err := conn.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			if n > 3 && b[3] == 1 { // a request, not the verdict
+				arrivals <- time.Now()
+			}
+		}
+	}()
+	startProber(t, port, probe.FromCCM, nil, testNode("silent", "127.0.0.2"))
+	var at []time.Time
+	for len(at) < 6 {
+		select {
+		case a := <-arrivals:
+			at = append(at, a)
+		case <-time.After(2 * time.Second):
+			t.Fatalf("only %d probes arrived", len(at))
+		}
+	}
+	const interval = 50 * time.Millisecond
+	// Misses 1 to 3, each followed at once by the next (the first probe's time, a quarter
+	// of the interval, is up before the rapid interval); then the agent's place in the
+	// cycle, at least half an interval on; then one probe an interval.
+	want := []struct{ lo, hi time.Duration }{
+		{rapidInterval - 2*time.Millisecond, rapidInterval + 10*time.Millisecond},
+		{rapidInterval - 2*time.Millisecond, rapidInterval + 10*time.Millisecond},
+		{interval/2 - 2*time.Millisecond, 3*interval/2 + 10*time.Millisecond},
+		{interval - 15*time.Millisecond, interval + 15*time.Millisecond},
+	}
+	for i, w := range want {
+		if gap := at[i+1].Sub(at[i]); gap < w.lo || gap > w.hi {
+			t.Errorf("probe %d came %v after the one before, want %v to %v (gaps %v)", i+2, gap, w.lo, w.hi, gaps(at))
+		}
+	}
+}
+
+func gaps(at []time.Time) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(at); i++ {
+		out = append(out, at[i].Sub(at[i-1]).Round(time.Millisecond))
+	}
+	return out
+}
