@@ -35,15 +35,22 @@ func nft(t testing.TB, h *netns.Host, lines ...string) {
 	}
 }
 
-// dropOutput drops what h sends that matches rule (nft syntax, such as "udp dport 7474"),
-// until the returned function is called.
-func dropOutput(t testing.TB, h *netns.Host, rule string) (heal func()) {
+// drop drops what h sends that matches out and what it receives that matches in (nft
+// syntax, such as "udp dport 7474"; empty for nothing), until the returned function is
+// called.
+func drop(t testing.TB, h *netns.Host, out, in string) (heal func()) {
 	t.Helper()
 	nft(t, h,
 		"add table inet e2e-cut",
 		"add chain inet e2e-cut out { type filter hook output priority 0 ; }",
-		"add rule inet e2e-cut out "+rule+" drop",
+		"add chain inet e2e-cut in { type filter hook input priority 0 ; }",
 	)
+	if out != "" {
+		nft(t, h, "add rule inet e2e-cut out "+out+" drop")
+	}
+	if in != "" {
+		nft(t, h, "add rule inet e2e-cut in "+in+" drop")
+	}
 	var once sync.Once
 	return func() { once.Do(func() { nft(t, h, "delete table inet e2e-cut") }) }
 }
@@ -94,7 +101,9 @@ func TestAgentCutOffFromAPIServer(t *testing.T) {
 		c.waitSteady(t, addr, a.Label)
 	}
 	api := c.API()
-	heal := dropOutput(t, a, fmt.Sprintf("ip daddr %s tcp dport %d", api.Addr(), api.Port()))
+	// Both ways: a stream whose acknowledgements are lost still delivers what its window
+	// lets through.
+	heal := drop(t, a, fmt.Sprintf("ip daddr %s tcp dport %d", api.Addr(), api.Port()), fmt.Sprintf("ip saddr %s tcp sport %d", api.Addr(), api.Port()))
 	defer heal()
 	// Known state: the agent's view agrees with the ccm's, so a wrong answer later can
 	// only come from the move.
@@ -355,7 +364,7 @@ func TestCCMCutOffFromAgents(t *testing.T) {
 			l.Stop()
 		}
 	}()
-	heal := dropOutput(t, c.Net.Bridge, "udp dport 7474")
+	heal := drop(t, c.Net.Bridge, "udp dport 7474", "")
 	c.waitNodeEvent(t, owner, "ProbesLost")
 	heal()
 	c.waitNodeEvent(t, owner, "ProbesRestored")
