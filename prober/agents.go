@@ -1,0 +1,66 @@
+package prober
+
+import (
+	"net/netip"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// Agent is what the prober knows of the probing of one node's agent.
+type Agent struct {
+	// Address is where the agent is probed.
+	Address netip.AddrPort
+	// LastRTT is the round trip of the last answered probe; 0 before any answer.
+	LastRTT time.Duration
+	// LastAnswer is when the last answer arrived; zero before any answer.
+	LastAnswer time.Time
+	// Covers are the nodes the agent's last reply said it stands in for.
+	Covers []string
+	// LastProbe is when the last probe ended, answered or not; zero before the first.
+	LastProbe time.Time
+	// Unable are the pools and families the agent cannot announce now.
+	Unable []probe.Unable
+	// ConfirmedOnly says the agent announces only what the ccm confirms: its own view of
+	// the Services is not the ccm's.
+	ConfirmedOnly bool
+}
+
+// Agents returns the probing of every agent probed now, by node name: a copy, for the
+// status page.
+func (p *Prober) Agents() map[string]Agent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]Agent, len(p.agents))
+	for node, a := range p.agents {
+		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load()), Covers: a.covers, Unable: a.unable, ConfirmedOnly: a.confirmedOnly}
+		if at := a.lastAnswer.Load(); at != 0 {
+			pr.LastAnswer = time.Unix(0, at)
+		}
+		if at := a.lastProbe.Load(); at != 0 {
+			pr.LastProbe = time.Unix(0, at)
+		}
+		out[node] = pr
+	}
+	return out
+}
+
+// socketOf spreads the agents over n sockets by a hash of the node's name.
+func socketOf(node string, n int) int {
+	return int(phaseOf(node, time.Duration(n)))
+}
+
+// agentAddress returns where node's agent answers: its first InternalIP.
+func agentAddress(n *v1.Node, port int) (netip.AddrPort, bool) {
+	for _, a := range n.Status.Addresses {
+		if a.Type != v1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true
+		}
+	}
+	return netip.AddrPort{}, false
+}
