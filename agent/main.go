@@ -167,6 +167,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	responder.SetCacheVersion(watcher.CacheVersion)
+	standbys.SetCacheVersion(watcher.CacheVersion)
 	watcher.SetDuties(responder, cfg.Failover.ProbeInterval+cfg.Failover.ProbeInterval/2)
 	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), probe.NewCollector(responder))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)

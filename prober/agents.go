@@ -26,6 +26,9 @@ type Agent struct {
 	// ConfirmedOnly says the agent announces only what the ccm confirms: its own view of
 	// the Services is not the ccm's.
 	ConfirmedOnly bool
+	// CacheVersion is the resourceVersion the agent's last reply said its Service cache
+	// has reached.
+	CacheVersion uint64
 }
 
 // Agents returns the probing of every agent probed now, by node name: a copy, for the
@@ -35,7 +38,7 @@ func (p *Prober) Agents() map[string]Agent {
 	defer p.mu.Unlock()
 	out := make(map[string]Agent, len(p.agents))
 	for node, a := range p.agents {
-		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load()), Covers: a.covers, Unable: a.unable, ConfirmedOnly: a.confirmedOnly}
+		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load()), Covers: a.covers, Unable: a.unable, ConfirmedOnly: a.confirmedOnly, CacheVersion: a.cacheVersion}
 		if at := a.lastAnswer.Load(); at != 0 {
 			pr.LastAnswer = time.Unix(0, at)
 		}

@@ -3,6 +3,7 @@ package standby
 import (
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
@@ -36,10 +37,14 @@ func TestSilenceChecksThePeers(t *testing.T) {
 }
 
 // TestConfirmedByThePeers checks how an agent that hears no ccm learns where it stands:
-// once the plans are known and every peer has been probed since, one at least answering.
-// A node that hears no one cannot tell its own isolation from everyone's death.
+// once the plans are known and every peer has answered since, none with a Service cache
+// ahead of its own. A node that hears no one cannot tell its own isolation from
+// everyone's death; one that hears only some may miss the peer that stands in for it.
 func TestConfirmedByThePeers(t *testing.T) {
 	s, _, p, _ := newTest(t)
+	var own atomic.Uint64
+	own.Store(10)
+	s.SetCacheVersion(own.Load)
 	run(t, s)
 	eventually(t, "the peers probed", func() bool { return p.running.Load() == 1 })
 	p.probed("a", true)
@@ -53,6 +58,18 @@ func TestConfirmedByThePeers(t *testing.T) {
 		t.Fatal("confirmed before every peer was probed")
 	}
 	p.probed("b", false)
+	s.confirm()
+	if !s.Snapshot()["self"] {
+		t.Fatal("confirmed though b did not answer")
+	}
+	// b saw annotations this node has not: this node waits for its cache.
+	p.cache("b", 11)
+	p.probed("b", true)
+	s.confirm()
+	if !s.Snapshot()["self"] {
+		t.Fatal("confirmed by a peer whose cache is ahead")
+	}
+	own.Store(11)
 	eventually(t, "confirmed by the peers", func() bool { return !s.Snapshot()["self"] })
 }
 

@@ -70,6 +70,8 @@ type Standby struct {
 	unconfirmed time.Time
 	// peersKnown is set once the plans have been read (SetPeers).
 	peersKnown bool
+	// cacheVersion returns the resourceVersion this agent's Service cache has reached.
+	cacheVersion func() uint64
 }
 
 var (
@@ -101,7 +103,8 @@ func Metrics() []metrics.Registerable {
 // New returns the Standby of node over the verdicts responder takes, checking peers with
 // peers, for probes every cfg.ProbeInterval.
 func New(node string, cfg config.Failover, responder Responder, peers Peers) *Standby {
-	s := &Standby{node: node, interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, peerSet: map[string]bool{}, unconfirmed: time.Now()}
+	s := &Standby{node: node, interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, peerSet: map[string]bool{}, unconfirmed: time.Now(),
+		cacheVersion: func() uint64 { return 0 }}
 	// Unconfirmed from the start: the replies say so, for a new leader to see.
 	responder.SetStandsDown(true)
 	responder.OnVerdict(s.takeVerdict)
@@ -109,6 +112,11 @@ func New(node string, cfg config.Failover, responder Responder, peers Peers) *St
 	peers.SetTargets(map[string]bool{})
 	return s
 }
+
+// SetCacheVersion sets the function that returns the resourceVersion this agent's Service
+// cache has reached: peers whose caches are ahead cannot confirm where this node stands.
+// Call it before Run.
+func (s *Standby) SetCacheVersion(f func() uint64) { s.cacheVersion = f }
 
 // Snapshot returns a copy of the nodes taken for down, this one among them while it is
 // not confirmed: one view for a whole computation.
@@ -149,16 +157,21 @@ func (s *Standby) confirm() {
 	if ccm := s.responder.CCMVerdict(); s.responder.LastCCM().After(since) && ccm.Seq != 0 && ccm == held {
 		how = "verdict"
 	} else if silent {
-		// Every peer probed since, and one at least answering: a node that hears no one
-		// cannot tell its own isolation from everyone's death, and waits for a ccm.
-		// No peers at all (once the plans are known): no one could have taken over.
+		// Every peer answering since, none with a Service cache ahead of this node's: one
+		// answer is not enough, as the peer that stands in for this node may answer a
+		// moment after another that does not; and a peer that saw annotations this node
+		// has not may hold what this node still takes for its own. The node waits for its
+		// cache or a ccm then. A node that hears no one cannot tell its own isolation from
+		// everyone's death, and waits for a ccm too. No peers at all (once the plans are
+		// known): no one could have taken over.
 		probed := s.peers.Agents()
-		checked, answered := true, len(targets) == 0
+		own := s.cacheVersion()
+		heard := true
 		for n := range targets {
-			checked = checked && probed[n].LastProbe.After(since)
-			answered = answered || probed[n].LastAnswer.After(since)
+			p := probed[n]
+			heard = heard && p.LastAnswer.After(since) && (own == 0 || p.CacheVersion <= own)
 		}
-		if peersKnown && checked && answered {
+		if peersKnown && heard {
 			how = "peers"
 		}
 	}

@@ -182,6 +182,15 @@ func (p *fakePeers) probed(node string, answered bool) {
 	p.agents[node] = a
 }
 
+// cache sets the resourceVersion node's agent says its Service cache has reached.
+func (p *fakePeers) cache(node string, v uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.agents[node]
+	a.CacheVersion = v
+	p.agents[node] = a
+}
+
 func (p *fakePeers) tell(node string) {
 	for _, f := range p.listeners {
 		f(node)
