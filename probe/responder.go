@@ -189,12 +189,7 @@ func (r *Responder) Serve(conn net.PacketConn) error {
 			continue
 		}
 		req, err := r.key.ParseRequest(in[:n])
-		switch {
-		case errors.Is(err, ErrAuth):
-			r.unauthenticated.Add(1)
-			continue
-		case err != nil:
-			r.malformed.Add(1)
+		if r.rejected(err) {
 			continue
 		}
 		r.requests.Add(1)
@@ -240,15 +235,23 @@ func (r *Responder) reply(b []byte, req Request) []byte {
 	return b
 }
 
-// takeVerdict takes an authenticated verdict newer than the one held.
-func (r *Responder) takeVerdict(b []byte) {
-	v, err := r.key.ParseVerdict(b)
+// rejected counts a datagram that did not parse, and reports whether err says it did not.
+func (r *Responder) rejected(err error) bool {
 	switch {
 	case errors.Is(err, ErrAuth):
 		r.unauthenticated.Add(1)
-		return
 	case err != nil:
 		r.malformed.Add(1)
+	default:
+		return false
+	}
+	return true
+}
+
+// takeVerdict takes an authenticated verdict newer than the one held.
+func (r *Responder) takeVerdict(b []byte) {
+	v, err := r.key.ParseVerdict(b)
+	if r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
@@ -311,12 +314,7 @@ func (r *Responder) OnDuty(f func()) {
 // list are gathered until it is whole. A duty of an older ccm counts for nothing.
 func (r *Responder) takeDuty(b []byte) {
 	p, err := r.key.ParseDuty(b)
-	switch {
-	case errors.Is(err, ErrAuth):
-		r.unauthenticated.Add(1)
-		return
-	case err != nil:
-		r.malformed.Add(1)
+	if r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
