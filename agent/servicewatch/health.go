@@ -43,7 +43,7 @@ func (h *watchHealth) observe(ctx context.Context, err error) {
 	switch {
 	case err != nil && h.since.IsZero():
 		h.since, h.lastErr = h.now(), err
-		klog.InfoS("Service watch broken; announcing what the cache holds", "err", err)
+		klog.InfoS("Service watch broken; announcing only what the ccm confirms while one is heard, else what the cache holds", "err", err)
 	case err != nil:
 		h.lastErr = err
 	case !h.since.IsZero():
@@ -88,5 +88,5 @@ func (h *watchHealth) newInformer(client kubernetes.Interface, resync time.Durat
 }
 
 // WatchBroken returns since when the watch of the Services has been failing, and whether
-// it is now. While it is, the agent announces what its cache last held.
+// it is now. While it is, the agent announces only what the ccm's duty confirms, or, with no ccm heard, what its cache last held.
 func (w *Watcher) WatchBroken() (since time.Time, broken bool) { return w.health.broken() }
