@@ -88,5 +88,6 @@ func (h *watchHealth) newInformer(client kubernetes.Interface, resync time.Durat
 }
 
 // WatchBroken returns since when the watch of the Services has been failing, and whether
-// it is now. While it is, the agent announces only what the ccm's duty confirms, or, with no ccm heard, what its cache last held.
+// it is now. While it is, the agent announces only what the ccm's duty confirms, or, with
+// no ccm heard, what its cache last held.
 func (w *Watcher) WatchBroken() (since time.Time, broken bool) { return w.health.broken() }
