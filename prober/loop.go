@@ -43,6 +43,8 @@ type sched struct {
 	p     *Prober
 	cfg   config.Failover
 	conns []*net.UDPConn
+	// writers batch the probes of each socket; only the scheduler's loop uses them.
+	writers []*writer
 	// epoch is the origin of the agents' phases.
 	epoch time.Time
 	// timeout is the time an answer may take; rapid the time between the probes of an
@@ -92,6 +94,12 @@ func newSched(p *Prober) (*sched, error) {
 		// them: the kernel caps it at net.core.rmem_max.
 		_ = conn.SetReadBuffer(readBuffer)
 		s.conns = append(s.conns, conn)
+		w, err := newWriter(conn)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.writers = append(s.writers, w)
 	}
 	return s, nil
 }
@@ -140,12 +148,8 @@ func (s *sched) run(ctx context.Context) {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	type job struct {
-		a     *agentProbe
-		nonce uint64
-	}
 	var jobs []job
-	req := make([]byte, 0, probe.RequestLen)
+	batches := make([][]job, len(s.conns)) // the jobs in each writer's batch, in order
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		now := time.Now()
@@ -186,19 +190,48 @@ func (s *sched) run(ctx context.Context) {
 		effects := s.takeEffectsLocked()
 		s.mu.Unlock()
 		s.p.apply(effects)
-		for _, j := range jobs {
-			probesSent.Inc()
-			b := s.p.key.AppendRequest(req[:0], s.p.request(j.a.node, j.nonce))
-			if _, err := s.conns[j.a.sock].WriteToUDPAddrPort(b, j.a.addr); err != nil {
-				s.sendFailed(j.a, j.nonce, err)
-			}
-		}
+		s.send(jobs, batches)
 		timer.Reset(sleep)
 		select {
 		case <-ctx.Done():
 		case <-s.wake:
 		case <-timer.C:
 		}
+	}
+}
+
+// job is a probe to send.
+type job struct {
+	a     *agentProbe
+	nonce uint64
+}
+
+// send sends the probes of jobs, a batch per socket.
+func (s *sched) send(jobs []job, batches [][]job) {
+	probesSent.Add(float64(len(jobs)))
+	flush := func(sock int) {
+		b := batches[sock]
+		s.writers[sock].flush(func(i int, err error) { s.sendFailed(b[i].a, b[i].nonce, err) })
+		batches[sock] = b[:0]
+	}
+	for _, j := range jobs {
+		r := s.p.request(j.a.node, j.nonce)
+		w := s.writers[j.a.sock]
+		if !w.fits(j.a.addr) {
+			b := s.p.key.AppendRequest(nil, r)
+			if _, err := s.conns[j.a.sock].WriteToUDPAddrPort(b, j.a.addr); err != nil {
+				s.sendFailed(j.a, j.nonce, err)
+			}
+			continue
+		}
+		if w.buf() == nil {
+			flush(j.a.sock)
+		}
+		w.add(s.p.key.AppendRequest(w.buf(), r), j.a.addr)
+		batches[j.a.sock] = append(batches[j.a.sock], j)
+	}
+	for sock := range batches {
+		flush(sock)
 	}
 }
 
@@ -243,43 +276,53 @@ func (s *sched) sendFailed(a *agentProbe, nonce uint64, err error) {
 // read takes the replies arriving on conn until it is closed. Anything unauthenticated
 // or malformed is skipped; a reply is taken only if its nonce is that of a probe out.
 func (s *sched) read(conn *net.UDPConn) {
-	buf := make([]byte, probe.MaxDatagram)
+	r, err := newReader(conn, probe.MaxDatagram)
+	if err != nil {
+		klog.ErrorS(err, "Cannot read probe replies")
+		return
+	}
 	var verdict []byte
 	for {
-		n, _, err := conn.ReadFromUDPAddrPort(buf)
+		n, err := r.read()
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
-		if err != nil {
-			continue
-		}
-		// The source address is not checked: the nonce is random and the reply
-		// authenticated, and an agent on a host with several addresses may answer from
-		// another one than it is probed at.
-		reply, err := s.p.key.ParseReply(buf[:n])
-		if errors.Is(err, probe.ErrAuth) {
-			unauthenticatedReplies.Inc()
-			continue
-		}
-		if err != nil {
-			continue
-		}
-		a, stale := s.answer(reply)
-		if a == nil {
-			continue
-		}
-		if stale {
-			// It holds an older verdict: it missed one.
-			if verdict = s.p.appendVerdict(verdict[:0]); verdict != nil {
-				if _, err := conn.WriteToUDPAddrPort(verdict, a.addr); err == nil {
-					verdictsSent.Inc()
-				}
-			}
-		}
-		for _, b := range s.p.dutyFor(a.node, reply) {
-			_, _ = conn.WriteToUDPAddrPort(b, a.addr)
+		for i := range n {
+			verdict = s.take(conn, r.datagram(i), verdict)
 		}
 	}
+}
+
+// take takes one datagram read from conn, and returns verdict, the buffer of the
+// verdicts it sends back.
+func (s *sched) take(conn *net.UDPConn, b, verdict []byte) []byte {
+	// The source address is not checked: the nonce is random and the reply
+	// authenticated, and an agent on a host with several addresses may answer from
+	// another one than it is probed at.
+	reply, err := s.p.key.ParseReply(b)
+	if errors.Is(err, probe.ErrAuth) {
+		unauthenticatedReplies.Inc()
+		return verdict
+	}
+	if err != nil {
+		return verdict
+	}
+	a, stale := s.answer(reply)
+	if a == nil {
+		return verdict
+	}
+	if stale {
+		// It holds an older verdict: it missed one.
+		if verdict = s.p.appendVerdict(verdict[:0]); verdict != nil {
+			if _, err := conn.WriteToUDPAddrPort(verdict, a.addr); err == nil {
+				verdictsSent.Inc()
+			}
+		}
+	}
+	for _, d := range s.p.dutyFor(a.node, reply) {
+		_, _ = conn.WriteToUDPAddrPort(d, a.addr)
+	}
+	return verdict
 }
 
 // answer takes a reply, and reports whether its agent should be sent the verdict again.
@@ -327,17 +370,41 @@ func (s *sched) answer(r probe.Reply) (*agentProbe, bool) {
 	return a, stale
 }
 
-// broadcast sends the verdict to every agent, each from its own socket.
+// broadcast sends the verdict to every agent, each from its own socket, in batches.
 func (s *sched) broadcast(to []*agentProbe) {
 	v := s.p.appendVerdict(nil)
 	if v == nil {
 		return
 	}
+	writers := make([]*writer, len(s.conns))
+	failed := 0
+	flush := func(w *writer) { w.flush(func(int, error) { failed++ }) }
 	for _, a := range to {
-		if _, err := s.conns[a.sock].WriteToUDPAddrPort(v, a.addr); err == nil {
-			verdictsSent.Inc()
+		if writers[a.sock] == nil {
+			w, err := newWriter(s.conns[a.sock])
+			if err != nil {
+				return // closed: the Run is over
+			}
+			writers[a.sock] = w
+		}
+		w := writers[a.sock]
+		if !w.fits(a.addr) {
+			if _, err := s.conns[a.sock].WriteToUDPAddrPort(v, a.addr); err != nil {
+				failed++
+			}
+			continue
+		}
+		if w.buf() == nil {
+			flush(w)
+		}
+		w.add(append(w.buf(), v...), a.addr)
+	}
+	for _, w := range writers {
+		if w != nil {
+			flush(w)
 		}
 	}
+	verdictsSent.Add(float64(len(to) - failed))
 }
 
 // request returns the request to send to node's agent.
