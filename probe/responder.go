@@ -180,33 +180,44 @@ func (r *Responder) Serve(conn net.PacketConn) error {
 		if err != nil {
 			return fmt.Errorf("probe responder on %s: %w", conn.LocalAddr(), err)
 		}
-		if IsVerdict(in[:n]) {
-			r.takeVerdict(in[:n])
+		var ok bool
+		if out, ok = r.Handle(in[:n], out[:0]); !ok {
 			continue
 		}
-		if IsDuty(in[:n]) {
-			r.takeDuty(in[:n])
-			continue
-		}
-		req, err := r.key.ParseRequest(in[:n])
-		if r.rejected(err) {
-			continue
-		}
-		r.requests.Add(1)
-		if req.Sender == FromCCM {
-			r.heard(req)
-		}
-		if !r.limiter.Allow() {
-			r.limited.Add(1)
-			continue
-		}
-		out = r.reply(out[:0], req)
 		// A failed write (the prober gone, a full buffer) is the prober's miss to count;
 		// the responder goes on.
 		if _, err := conn.WriteTo(out, from); err == nil {
 			r.replies.Add(1)
 		}
 	}
+}
+
+// Handle takes one datagram that arrived: it takes a verdict or a duty, and answers a
+// request by appending the reply to out. It reports whether there is a reply to send.
+// Serve calls it for every datagram; a server of its own, such as one that answers for
+// many nodes on one socket, may call it instead.
+func (r *Responder) Handle(in, out []byte) ([]byte, bool) {
+	if IsVerdict(in) {
+		r.takeVerdict(in)
+		return out, false
+	}
+	if IsDuty(in) {
+		r.takeDuty(in)
+		return out, false
+	}
+	req, err := r.key.ParseRequest(in)
+	if r.rejected(err) {
+		return out, false
+	}
+	r.requests.Add(1)
+	if req.Sender == FromCCM {
+		r.heard(req)
+	}
+	if !r.limiter.Allow() {
+		r.limited.Add(1)
+		return out, false
+	}
+	return r.reply(out, req), true
 }
 
 // heard records a ccm's request, if it is newer than every one before.

@@ -142,30 +142,37 @@ func benchProber(b *testing.B) {
 	b.ResetTimer()
 
 	// CPU alone, then with the other core kept busy.
-	measure := func(d time.Duration) (cores, probesPerSecond float64) {
-		cpu, sent, start := cpuTime(), counter(probesSent), time.Now()
+	type usage struct{ cores, user, system, rate float64 }
+	measure := func(d time.Duration) usage {
+		user, system := cpuTime()
+		sent, start := counter(probesSent), time.Now()
 		simCPU := procCPU(sim.cmd.Process.Pid)
 		time.Sleep(d)
 		wall := time.Since(start)
 		b.Logf("over %v: the simulated agents' process used %.3f cores",
 			wall.Round(time.Millisecond), float64(procCPU(sim.cmd.Process.Pid)-simCPU)/float64(wall))
-		return float64(cpuTime()-cpu) / float64(wall), (counter(probesSent) - sent) / wall.Seconds()
+		user2, system2 := cpuTime()
+		u := usage{user: float64(user2-user) / float64(wall), system: float64(system2-system) / float64(wall)}
+		u.cores, u.rate = u.user+u.system, (counter(probesSent)-sent)/wall.Seconds()
+		return u
 	}
-	cores, rate := measure(10 * time.Second)
+	alone := measure(10 * time.Second)
 	stopSpin := spin(b)
-	busyCores, busyRate := measure(10 * time.Second)
+	busy := measure(10 * time.Second)
 	stopSpin()
 	falseDowns := len(downs) + int(overflow.Load())
 	for range falseDowns {
 		b.Logf("false down: %v", <-downs)
 	}
 
-	b.Logf("prober CPU %.3f cores at %.0f probes/s (%.1f µs a probe); with the other core busy %.3f cores at %.0f probes/s; %d false downs",
-		cores, rate, cores/rate*1e6, busyCores, busyRate, falseDowns)
-	b.ReportMetric(cores, "cores")
-	b.ReportMetric(rate, "probes/s")
-	b.ReportMetric(busyCores, "cores-other-core-busy")
-	b.ReportMetric(busyRate, "probes/s-other-core-busy")
+	b.Logf("prober CPU %.3f cores (%.3f user, %.3f system) at %.0f probes/s (%.1f µs a probe); with the other core busy %.3f cores at %.0f probes/s; %d false downs",
+		alone.cores, alone.user, alone.system, alone.rate, alone.cores/alone.rate*1e6, busy.cores, busy.rate, falseDowns)
+	b.ReportMetric(alone.cores, "cores")
+	b.ReportMetric(alone.user, "cores-user")
+	b.ReportMetric(alone.system, "cores-system")
+	b.ReportMetric(alone.rate, "probes/s")
+	b.ReportMetric(busy.cores, "cores-other-core-busy")
+	b.ReportMetric(busy.rate, "probes/s-other-core-busy")
 	b.ReportMetric(float64(falseDowns), "false-downs")
 
 	// Detection: stop agents one at a time, at random phases. Another agent going down
