@@ -65,8 +65,15 @@ func newClusterOn(t testing.TB, cp *controlplane.ControlPlane, n int) *cluster {
 // newClusterWith is newClusterOn with a cloud-config of its own.
 func newClusterWith(t testing.TB, cp *controlplane.ControlPlane, n int, config string) *cluster {
 	t.Helper()
+	return newClusterImages(t, cp, n, config, nil)
+}
+
+// newClusterImages is newClusterWith with the agents and the ccm run from images, when
+// images is not nil.
+func newClusterImages(t testing.TB, cp *controlplane.ControlPlane, n int, config string, images *testbed.Images) *cluster {
+	t.Helper()
 	netns.RequireRoot(t)
-	tb, err := testbed.New(context.Background(), cp, n, config, t.TempDir())
+	tb, err := testbed.NewWithImages(context.Background(), cp, n, config, t.TempDir(), images)
 	if err != nil {
 		t.Fatal(err)
 	}

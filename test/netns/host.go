@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -325,3 +326,6 @@ func withOutput(err error, out []byte) error {
 	}
 	return err
 }
+
+// Path is the file that holds the host's namespace, for programs that join it by path.
+func (h *Host) Path() string { return filepath.Join(netnsDir, h.Name) }

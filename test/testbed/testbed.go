@@ -65,6 +65,7 @@ type Cluster struct {
 	agentBinary     string
 
 	mu        sync.Mutex
+	images    *Images
 	agents    map[string]*process.Process
 	processes []*process.Process
 	// statusHosts are the namespaces a ccm was started in, for Status.
@@ -74,8 +75,14 @@ type Cluster struct {
 
 // New builds a testbed of n nodes on cp with cloudConfig, and returns once every agent is
 // ready. dir holds its files. On error, what was built is torn down.
-func New(ctx context.Context, cp *controlplane.ControlPlane, n int, cloudConfig, dir string) (_ *Cluster, err error) {
-	c := &Cluster{ControlPlane: cp, dir: dir, agents: map[string]*process.Process{}}
+func New(ctx context.Context, cp *controlplane.ControlPlane, n int, cloudConfig, dir string) (*Cluster, error) {
+	return NewWithImages(ctx, cp, n, cloudConfig, dir, nil)
+}
+
+// NewWithImages is New with the agents, and the ccm once started, run from images when
+// images is not nil.
+func NewWithImages(ctx context.Context, cp *controlplane.ControlPlane, n int, cloudConfig, dir string, images *Images) (_ *Cluster, err error) {
+	c := &Cluster{ControlPlane: cp, dir: dir, agents: map[string]*process.Process{}, images: images}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -180,16 +187,15 @@ func (c *Cluster) API() netip.AddrPort { return c.api }
 
 // StartAgent runs the agent on node h; Close stops it.
 func (c *Cluster) StartAgent(h *netns.Host) (*process.Process, error) {
-	p, err := process.StartCmd(h.Label+" agent", h.Command(context.Background(), c.agentBinary,
-		"--node-name="+h.Label, "--kubeconfig="+c.agentKubeconfig, "--cloud-config="+c.Config, "--probe-key-file="+c.KeyFile,
-		"--metrics-address="+agentMetrics, "--shutdown-grace-period=2s", "--cloud-config-reload-interval=200ms", "-v=2"))
+	args := []string{"--node-name=" + h.Label, "--kubeconfig=" + c.agentKubeconfig, "--cloud-config=" + c.Config, "--probe-key-file=" + c.KeyFile,
+		"--metrics-address=" + agentMetrics, "--shutdown-grace-period=2s", "--cloud-config-reload-interval=200ms", "-v=2"}
+	p, err := c.start(h, h.Label+" agent", Agent, c.agentBinary, args, c.agentKubeconfig, c.Config, c.KeyFile)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.agents[h.Label] = p
-	c.processes = append(c.processes, p)
 	return p, nil
 }
 
@@ -242,13 +248,12 @@ func (c *Cluster) StartCCMOn(ctx context.Context, h *netns.Host, extraArgs ...st
 	if h != c.Net.Bridge {
 		name = h.Label + " ccm"
 	}
-	p, err := process.StartCmd(name, h.Command(context.Background(), bin, args...))
+	p, err := c.start(h, name, CCM, bin, args, kubeconfig, c.Config, c.KeyFile)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.processes = append(c.processes, p)
 	if !slices.Contains(c.statusHosts, h) {
 		c.statusHosts = append(c.statusHosts, h)
 	}
