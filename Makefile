@@ -32,8 +32,12 @@ demo: ## Root, Linux: the whole product on one machine, with a failover (first r
 tools: ## Build kube-apiserver and etcd for the integration tests into hack/tools/bin (first time ~8 min)
 	./hack/build-tools.sh
 
+.PHONY: helm
+helm: ## Build helm for the chart's tests (lint, template) into hack/tools/bin (first time ~5 min)
+	./hack/build-helm.sh
+
 .PHONY: test
-test: tools build fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
+test: tools helm build fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -race -count=1 $(PKGS)
 
 .PHONY: vet

@@ -3,7 +3,6 @@ package ccm
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -16,10 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 )
 
 // assignTimeout bounds how long a Service may wait for its addresses.
@@ -282,30 +281,19 @@ func (e *env) patchAnnotation(t testing.TB, ns, name, key, value string) {
 // authorizes the request through the API server, with the rights the manifests give it.
 func (e *env) scrape(t testing.TB, hostPort string) string {
 	t.Helper()
-	cfg := rest.CopyConfig(e.cp.AdminConfig())
-	cfg.Host = "https://" + hostPort
-	cfg.CAData = nil
-	cfg.Insecure = true // the ccm serves a self-signed certificate
-	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var code int
+	var body string
 	// The port opens a moment after the process starts.
-	var resp *http.Response
 	eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
-		resp, err = client.Get(cfg.Host + "/metrics")
+		var err error
+		code, body, err = install.CCMMetrics(ctx, e.cp.AdminConfig(), hostPort)
 		if err != nil {
 			return false, err.Error()
 		}
 		return true, ""
 	})
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d: %s", code, body)
 	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s: %s", resp.Status, body)
-	}
-	return string(body)
+	return body
 }

@@ -27,16 +27,24 @@ type binaries struct {
 	apiserver string
 }
 
-// findBinaries returns the binaries in $BAREMETAL_TEST_BINDIR, or else in hack/tools/bin
-// under the module root.
+// BinDir returns the directory of the tools the tests run: $BAREMETAL_TEST_BINDIR, or else
+// hack/tools/bin under the module root.
+func BinDir() (string, error) {
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		return dir, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "hack", "tools", "bin"), nil
+}
+
+// findBinaries returns the binaries in BinDir.
 func findBinaries() (binaries, error) {
-	dir := os.Getenv(BinDirEnv)
-	if dir == "" {
-		root, err := moduleRoot()
-		if err != nil {
-			return binaries{}, err
-		}
-		dir = filepath.Join(root, "hack", "tools", "bin")
+	dir, err := BinDir()
+	if err != nil {
+		return binaries{}, err
 	}
 	bins := binaries{
 		etcd:      filepath.Join(dir, "etcd"),

@@ -1,11 +1,14 @@
 // Package install puts the project's manifests into a test control plane the way an
-// operator would: rendered by kustomize and server-side applied. Tests then run the
-// binaries with the credentials those manifests grant, so a missing RBAC rule fails a test.
+// operator would: rendered by kustomize, or its Helm chart by `helm template`, and
+// server-side applied. Tests then run the binaries with the credentials those manifests
+// grant, so a missing RBAC rule fails a test.
 package install
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -50,6 +53,11 @@ func Apply(ctx context.Context, admin *rest.Config, dir string) error {
 	if err != nil {
 		return err
 	}
+	return ApplyObjects(ctx, admin, objs)
+}
+
+// ApplyObjects server-side applies every object of objs, in order, as admin.
+func ApplyObjects(ctx context.Context, admin *rest.Config, objs []*unstructured.Unstructured) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(admin)
 	if err != nil {
 		return err
@@ -110,4 +118,39 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
 	kc.CurrentContext = "test"
 	return clientcmd.WriteToFile(*kc, path)
+}
+
+// CCMMetrics asks a ccm's secure port at hostPort for /metrics with cfg's credentials,
+// which the ccm authenticates and authorizes through the API server, and returns the
+// status and body of the answer; the error is for no answer. The ccm serves a
+// self-signed certificate, which is not checked.
+func CCMMetrics(ctx context.Context, cfg *rest.Config, hostPort string) (int, string, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Host = "https://" + hostPort
+	cfg.CAData = nil
+	cfg.Insecure = true
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return 0, "", err
+	}
+	return Get(ctx, client, cfg.Host+"/metrics")
+}
+
+// Get does an HTTP GET of url with client and returns the status and body of the answer;
+// the error is for no answer, or a body cut short.
+func Get(ctx context.Context, client *http.Client, url string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	return resp.StatusCode, string(body), nil
 }

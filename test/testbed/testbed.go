@@ -11,7 +11,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -272,18 +271,8 @@ func (c *Cluster) Node(name string) *netns.Host {
 
 // AgentGet fetches path (such as /metrics or /readyz) from node h's agent.
 func (c *Cluster) AgentGet(ctx context.Context, h *netns.Host, path string) (int, string, error) {
-	client := http.Client{Transport: &http.Transport{DialContext: h.Dial, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+agentMetrics+path, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
+	client := &http.Client{Transport: &http.Transport{DialContext: h.Dial, DisableKeepAlives: true}}
+	return install.Get(ctx, client, "http://"+agentMetrics+path)
 }
 
 // WaitAgentReady waits up to 30 s for node h's agent to report ready.
