@@ -113,8 +113,11 @@ func (c *cluster) plan(t testing.TB, svc *corev1.Service) []string {
 // startClient starts an open-loop client of addr in the client namespace: a request
 // every 10 ms, each on a new connection with a 100 ms timeout.
 func (c *cluster) startClient(addr netip.Addr) *traffic.Client {
-	return traffic.Start(c.Net.Client.Dial, netip.AddrPortFrom(addr, servicePort), 10*time.Millisecond, 100*time.Millisecond)
+	return traffic.Start(c.Net.Client.Dial, netip.AddrPortFrom(addr, servicePort), 10*time.Millisecond, requestTimeout)
 }
+
+// requestTimeout is how long the client's requests wait for their answer.
+const requestTimeout = 100 * time.Millisecond
 
 // waitSteady waits until the client's requests to addr all succeed at node for 300 ms.
 func (c *cluster) waitSteady(t testing.TB, addr netip.Addr, node string) {

@@ -28,18 +28,18 @@ const imagesEnv = "BAREMETAL_IMAGES"
 // podmanDir is where the tests' podman keeps its images and containers across runs.
 var podmanDir = filepath.Join(os.TempDir(), "baremetal-test-podman")
 
-// loadImages loads the archives of both programs into the tests' podman and returns the
+// loadImages loads the archives of both programs, in the directory env names, into the tests' podman and returns the
 // testbed's Images, each program with its container's securityContext and its Pod's
 // grace period from the manifests. Without the archives it skips, or fails under CI.
-func loadImages(t testing.TB) *testbed.Images {
+func loadImages(t testing.TB, env string) *testbed.Images {
 	t.Helper()
 	netns.RequireRoot(t)
-	dir := os.Getenv(imagesEnv)
+	dir := os.Getenv(env)
 	if dir == "" {
 		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatalf("%s is not set: make test sets it to the directory of the archives make images writes", imagesEnv)
+			t.Fatalf("%s is not set: make test sets it to the directory of the image archives it builds", env)
 		}
-		t.Skipf("%s is not set: run make images, and the test with %s=<the bin directory>", imagesEnv, imagesEnv)
+		t.Skipf("%s is not set: run make images, and the test with %s=<the directory of the archives>", env, env)
 	}
 	ctx := context.Background()
 	rt, err := podman.New(ctx, podmanDir)
@@ -55,9 +55,11 @@ func loadImages(t testing.TB) *testbed.Images {
 	pods := manifestPods(t)
 	for prog, spec := range pods {
 		images.Security[prog] = spec.Containers[0].SecurityContext
+		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
 		if g := spec.TerminationGracePeriodSeconds; g != nil {
-			images.Grace[prog] = time.Duration(*g) * time.Second
+			grace = *g
 		}
+		images.Grace[prog] = time.Duration(grace) * time.Second
 	}
 	return images
 }
@@ -102,7 +104,7 @@ func manifestPods(t testing.TB) map[testbed.Program]corev1.PodSpec {
 // dropped but the agent's NET_RAW, the ccm as a non-root user), and sees an address
 // announced, and failed over when its node dies.
 func TestImages(t *testing.T) {
-	images := loadImages(t)
+	images := loadImages(t, imagesEnv)
 	for prog, want := range map[testbed.Program]string{testbed.Agent: "NET_RAW", testbed.CCM: ""} {
 		sc := images.Security[prog]
 		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || len(sc.Capabilities.Drop) == 0 {
