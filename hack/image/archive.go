@@ -87,7 +87,8 @@ func writeArchive(path string, idx v1.ImageIndex, ref string, created time.Time)
 			return err
 		}
 	}
-	if err := errors.Join(tw.Close(), tmp.Close()); err != nil {
+	// Readable by all, as any build output; CreateTemp made it private.
+	if err := errors.Join(tw.Close(), tmp.Chmod(0o644), tmp.Close()); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return os.Rename(tmp.Name(), path)

@@ -215,12 +215,13 @@ func rootfs(p program, binary []byte, created time.Time) (v1.Layer, error) {
 	return layerFromTar(buf.Bytes())
 }
 
-// layerFromTar is an OCI layer of the uncompressed tar b, gzipped once and kept.
+// layerFromTar is an OCI layer of the uncompressed tar b, gzipped once and kept. gzip's
+// default level: its best saves 0.2% of a binary's layer for twice the time.
 func layerFromTar(b []byte) (v1.Layer, error) {
 	return tarball.LayerFromOpener(
 		func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
 		tarball.WithMediaType(types.OCILayer),
-		tarball.WithCompressionLevel(gzip.BestCompression),
+		tarball.WithCompressionLevel(gzip.DefaultCompression),
 		tarball.WithCompressedCaching,
 	)
 }
