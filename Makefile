@@ -68,7 +68,8 @@ helm: ## Build helm for the chart's tests (lint, template) into hack/tools/bin (
 
 .PHONY: test
 test: tools helm build test-images fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
-	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -race -count=1 $(PKGS)
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent BAREMETAL_IMAGES=$(abspath $(BIN)) \
+		$(GO) test -race -count=1 $(PKGS)
 
 .PHONY: test-images
 test-images: images ## The image builder's tests, on what make images made too (it builds them twice: same digests?)
