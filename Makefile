@@ -67,9 +67,18 @@ helm: ## Build helm for the chart's tests (lint, template) into hack/tools/bin (
 	./hack/build-helm.sh
 
 .PHONY: test
-test: tools helm build test-images fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
-	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent BAREMETAL_IMAGES=$(abspath $(BIN)) \
+test: tools helm build test-images upgrade-images fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent \
+	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_UPGRADE_IMAGES=$(abspath $(UPGRADE_BIN)) \
 		$(GO) test -race -count=1 $(PKGS)
+
+# The end-to-end TestUpgrade moves from the images of bin/ to these: the same programs
+# stamped with another version, so other images.
+UPGRADE_BIN := $(BIN)/upgrade
+
+.PHONY: upgrade-images
+upgrade-images: ## The images again, stamped VERSION-upgrade, into bin/upgrade: what the end-to-end TestUpgrade moves to
+	@$(MAKE) --no-print-directory images BIN=$(UPGRADE_BIN) VERSION=$(VERSION)-upgrade
 
 .PHONY: test-images
 test-images: images ## The image builder's tests, on what make images made too (it builds them twice: same digests?)
