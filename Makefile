@@ -5,9 +5,21 @@ TOOLSBIN := hack/tools/bin
 BIN      := bin
 PKGS     := ./...
 VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo dev))
+COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
+# The build date is the commit's, never the clock's, so that two builds of one commit are
+# the same to the byte (binaries and images); SOURCE_DATE_EPOCH overrides it, as in other
+# reproducible builds.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BUILD_DATE := $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || date -u -r $(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(VERSION) \
-            -X k8s.io/component-base/version.gitCommit=$(shell git rev-parse HEAD 2>/dev/null) \
-            -X k8s.io/component-base/version.buildDate=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+            -X k8s.io/component-base/version.gitCommit=$(COMMIT) \
+            -X k8s.io/component-base/version.buildDate=$(BUILD_DATE)
+# Images: named $(REGISTRY)/baremetal-ccm:$(VERSION) and $(REGISTRY)/baremetal-agent:$(VERSION).
+REGISTRY ?= ghcr.io/cloud-provider-baremetal
+PLATFORMS := linux/amd64 linux/arm64
+
+comma := ,
+space := $(subst ,, )
 
 .DEFAULT_GOAL := help
 
@@ -19,6 +31,24 @@ help: ## List the targets
 build: ## Build bin/baremetal-ccm and bin/baremetal-agent (version stamped from git)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/baremetal-ccm ./ccm
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/baremetal-agent ./agent
+
+.PHONY: images
+images: ## OCI image archives bin/baremetal-ccm.oci.tar and bin/baremetal-agent.oci.tar, linux/amd64 and linux/arm64, reproducible (README, Images)
+	@for platform in $(PLATFORMS); do for prog in ccm agent; do \
+		echo "images: building $(BIN)/$${platform%/*}_$${platform#*/}/baremetal-$$prog"; \
+		CGO_ENABLED=0 GOOS=$${platform%/*} GOARCH=$${platform#*/} $(GO) build -trimpath -ldflags "$(LDFLAGS)" \
+			-o $(BIN)/$${platform%/*}_$${platform#*/}/baremetal-$$prog ./$$prog || exit 1; \
+	done; done
+	$(GO) -C hack/image run . build -bin $(abspath $(BIN)) -platforms $(subst $(space),$(comma),$(PLATFORMS)) \
+		-registry $(REGISTRY) -version $(VERSION) -revision $(COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH)
+
+.PHONY: push
+push: images ## Push both images to REGISTRY as <name>:VERSION, with the credentials of docker or podman login (README, Images)
+	$(GO) -C hack/image run . push -bin $(abspath $(BIN)) -registry $(REGISTRY) -version $(VERSION)
+
+.PHONY: version
+version: ## Print the version that builds and images are stamped with
+	@echo $(VERSION)
 
 .PHONY: demo
 demo: ## Root, Linux: the whole product on one machine, with a failover (first run builds the control plane, ~8 min)
@@ -37,12 +67,28 @@ helm: ## Build helm for the chart's tests (lint, template) into hack/tools/bin (
 	./hack/build-helm.sh
 
 .PHONY: test
-test: tools helm build fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
-	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -race -count=1 $(PKGS)
+test: tools helm build test-images upgrade-images fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent \
+	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_UPGRADE_IMAGES=$(abspath $(UPGRADE_BIN)) \
+		$(GO) test -race -count=1 $(PKGS)
+
+# The end-to-end TestUpgrade moves from the images of bin/ to these: the same programs
+# stamped with another version, so other images.
+UPGRADE_BIN := $(BIN)/upgrade
+
+.PHONY: upgrade-images
+upgrade-images: ## The images again, stamped VERSION-upgrade, into bin/upgrade: what the end-to-end TestUpgrade moves to
+	@$(MAKE) --no-print-directory images BIN=$(UPGRADE_BIN) VERSION=$(VERSION)-upgrade
+
+.PHONY: test-images
+test-images: images ## The image builder's tests, on what make images made too (it builds them twice: same digests?)
+	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_IMAGE_VERSION=$(VERSION) BAREMETAL_IMAGE_REGISTRY=$(REGISTRY) \
+		$(GO) -C hack/image test -race -count=1 ./...
 
 .PHONY: vet
 vet: ## go vet
 	$(GO) vet $(PKGS)
+	$(GO) -C hack/image vet ./...
 
 .PHONY: fmt-check
 fmt-check: ## Fail if gofmt would change a file
