@@ -77,8 +77,8 @@ test: tools helm build test-images upgrade-images fmt-check vet ## Unit and inte
 UPGRADE_BIN := $(BIN)/upgrade
 
 .PHONY: upgrade-images
-upgrade-images: ## The images again, stamped VERSION-upgrade, into bin/upgrade: what the end-to-end TestUpgrade moves to
-	@$(MAKE) --no-print-directory images BIN=$(UPGRADE_BIN) VERSION=$(VERSION)-upgrade
+upgrade-images: ## The images again, stamped VERSION-upgrade, for this machine's architecture only, into bin/upgrade: what the end-to-end TestUpgrade moves to
+	@$(MAKE) --no-print-directory images BIN=$(UPGRADE_BIN) VERSION=$(VERSION)-upgrade PLATFORMS=linux/$$($(GO) env GOARCH)
 
 .PHONY: test-images
 test-images: images ## The image builder's tests, on what make images made too (it builds them twice: same digests?)
