@@ -46,6 +46,20 @@ images: ## OCI image archives bin/baremetal-ccm.oci.tar and bin/baremetal-agent.
 push: images ## Push both images to REGISTRY as <name>:VERSION, with the credentials of docker or podman login (README, Images)
 	$(GO) -C hack/image run . push -bin $(abspath $(BIN)) -registry $(REGISTRY) -version $(VERSION)
 
+# A release: make release VERSION=vX.Y.Z writes RELEASE_DIR/VERSION, README (Install).
+RELEASE_DIR := $(BIN)/release
+
+.PHONY: release
+release: ## VERSION=vX.Y.Z[-pre]: bin/release/VERSION/ with both image archives, install.yaml (images by digest), the packaged chart and SHA256SUMS
+	@case "$(origin VERSION)" in command\ line|environment*) ;; *) \
+		echo "make release needs the release's version: make release VERSION=vMAJOR.MINOR.PATCH[-PRERELEASE], such as v0.2.0" >&2; exit 1;; esac
+	@$(GO) build -o $(BIN)/baremetal-release ./hack/release
+	@$(BIN)/baremetal-release -check -version '$(VERSION)'
+	@$(MAKE) --no-print-directory helm
+	@# The images of the release, built apart: bin/ keeps those of make images.
+	@$(MAKE) --no-print-directory images BIN=$(RELEASE_DIR)/build VERSION=$(VERSION)
+	$(BIN)/baremetal-release -version '$(VERSION)' -images $(RELEASE_DIR)/build -out $(RELEASE_DIR)/$(VERSION)
+
 .PHONY: version
 version: ## Print the version that builds and images are stamped with
 	@echo $(VERSION)

@@ -24,6 +24,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
@@ -32,9 +33,9 @@ const fieldManager = "baremetal-test"
 
 // Render runs kustomize on dir, as `kubectl kustomize dir` does.
 func Render(dir string) ([]*unstructured.Unstructured, error) {
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	resources, err := kustomize(dir)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+		return nil, err
 	}
 	var out []*unstructured.Unstructured
 	for _, r := range resources.Resources() {
@@ -45,6 +46,29 @@ func Render(dir string) ([]*unstructured.Unstructured, error) {
 		out = append(out, &unstructured.Unstructured{Object: m})
 	}
 	return out, nil
+}
+
+// RenderYAML runs kustomize on dir and returns what `kubectl kustomize dir` prints: the
+// objects as YAML documents.
+func RenderYAML(dir string) ([]byte, error) {
+	resources, err := kustomize(dir)
+	if err != nil {
+		return nil, err
+	}
+	out, err := resources.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	return out, nil
+}
+
+// kustomize runs kustomize on dir with kubectl's defaults.
+func kustomize(dir string) (resmap.ResMap, error) {
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	return resources, nil
 }
 
 // Apply renders dir and server-side applies every object, in order, as admin.
