@@ -29,9 +29,19 @@ func renderInstall(version string, images []image) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	dir, err := os.MkdirTemp("", "baremetal-release-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	// Kustomize takes no absolute path of a base.
+	base, err := filepath.Rel(dir, filepath.Join(manifests, "base"))
+	if err != nil {
+		return nil, err
+	}
 	k := types.Kustomization{
 		TypeMeta:  types.TypeMeta{APIVersion: types.KustomizationVersion, Kind: types.KustomizationKind},
-		Resources: []string{filepath.Join(manifests, "base")},
+		Resources: []string{base},
 	}
 	for _, img := range images {
 		k.Images = append(k.Images, types.Image{Name: baseRegistry + "/" + img.program.name, NewName: img.repository, NewTag: img.tag, Digest: img.digest})
@@ -40,11 +50,6 @@ func renderInstall(version string, images []image) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "baremetal-release-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), data, 0o644); err != nil {
 		return nil, err
 	}
