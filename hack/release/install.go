@@ -92,10 +92,11 @@ func installHeader(version, configMap string, images []image) []byte {
 	fmt.Fprintf(&b, `# cloud-provider-baremetal %s: every object of the install (README, Install).
 #
 # Before kubectl apply -f install.yaml:
-#  1. Put your pools in cloud-config.yaml of the ConfigMap %s below: addresses
-#     of your nodes' layer-2 network that nothing else uses, in place of the documentation
-#     addresses there. Keep the file: the next release's install.yaml holds these example
-#     pools again, which would take away your Services' addresses.
+#  1. Put your pools in cloud-config.yaml of the ConfigMap
+#     %s below, in place of the documentation addresses there:
+#     addresses of your nodes' layer-2 network that nothing else uses. Do the same in the
+#     next release's install.yaml before applying it: its example pools would move your
+#     Services to their addresses.
 #  2. Create the probe key Secret baremetal-system/baremetal-probe-key (README, Install).
 #
 # The images, pinned by the digests of their image indexes (the archives of the release):

@@ -24,7 +24,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 )
 
 // program is one of the project's programs, as the release holds it.
@@ -148,13 +147,4 @@ func copyFile(from, to string) error {
 		return fmt.Errorf("copy %s: %w", from, err)
 	}
 	return out.Close()
-}
-
-// imageOf returns the image of the program named name among images.
-func imageOf(images []image, name string) (image, bool) {
-	i := slices.IndexFunc(images, func(img image) bool { return img.program.name == name })
-	if i < 0 {
-		return image{}, false
-	}
-	return images[i], true
 }
