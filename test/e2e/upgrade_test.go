@@ -147,15 +147,20 @@ func (c *cluster) moves(addr netip.Addr, since time.Time, first string) []time.T
 }
 
 // inFlightAt reports whether request r was open, sent and not yet answered or timed
-// out, at one of the instants.
+// out, when the announcement logged at one of the instants went out: an agent logs
+// before it sends, so the announcement may follow its log line by announceLag.
 func inFlightAt(r traffic.Request, instants []time.Time) bool {
 	for _, at := range instants {
-		if !at.Before(r.Start) && at.Before(r.Start.Add(requestTimeout)) {
+		if !at.Before(r.Start.Add(-announceLag)) && at.Before(r.Start.Add(requestTimeout)) {
 			return true
 		}
 	}
 	return false
 }
+
+// announceLag bounds the time from an agent's "Announcing address" log line to its
+// announcement on the wire.
+const announceLag = 5 * time.Millisecond
 
 func formatTimes(ts []time.Time) []string {
 	out := make([]string, len(ts))
