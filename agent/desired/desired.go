@@ -36,6 +36,10 @@ type Address struct {
 	// down, whose place this node takes: empty when the annotations name this node as
 	// the announcer.
 	Covers []string
+	// Lingering says the address has moved to another node and this node, draining,
+	// still answers requests for it until it exits, but announces nothing: a gratuitous
+	// announcement now would draw the clients back from the new announcer.
+	Lingering bool
 }
 
 // Down tells whether a node is down: its agent does not answer, or the ccm says so.

@@ -340,6 +340,7 @@ func keep(was, now []desired.Address) []desired.Address {
 	out := slices.Clone(now)
 	for _, a := range was {
 		if !slices.ContainsFunc(out, func(b desired.Address) bool { return b.Addr == a.Addr }) {
+			a.Lingering = true
 			out = append(out, a)
 		}
 	}

@@ -81,6 +81,19 @@ type responder struct {
 	*l2.Responder
 	link  Link
 	owned []netip.Addr // as last set, for logging what is lost
+
+	mu sync.Mutex
+	// lingering are the owned addresses that moved away while this node drains: answered,
+	// never announced.
+	lingering map[netip.Addr]bool
+}
+
+// announces reports whether r still announces addr: it owns it, and it has not moved
+// away.
+func (r *responder) announces(addr netip.Addr) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Owns(addr) && !r.lingering[addr]
 }
 
 // New returns a Speaker that announces nothing until Apply and Run are called.
@@ -254,8 +267,12 @@ func (s *Speaker) reconcile() {
 		byName[l.Name] = l
 	}
 	perResponder := map[respKey][]netip.Addr{}
+	lingering := map[netip.Addr]bool{}
 	unplaced := map[netip.Addr]bool{}
 	for _, a := range s.want {
+		if a.Lingering {
+			lingering[a.Addr] = true
+		}
 		names := Choose(a.Addr, a.Pool.Interfaces, s.links)
 		if len(names) == 0 {
 			unplaced[a.Addr] = true
@@ -289,11 +306,22 @@ func (s *Speaker) reconcile() {
 				continue
 			}
 		}
+		r.mu.Lock()
+		for _, a := range addrs {
+			if lingering[a] && !r.lingering[a] {
+				klog.V(2).InfoS("Address moved away; answering for it, no longer announcing it, until this agent exits", "address", a, "interface", k.link)
+			}
+		}
+		r.lingering = lingering
+		r.mu.Unlock()
 		gained, err := r.Set(addrs)
 		if err != nil {
 			klog.ErrorS(err, "Cannot join the multicast groups of addresses", "interface", k.link)
 		}
 		for _, a := range gained {
+			if lingering[a] {
+				continue
+			}
 			klog.V(2).InfoS("Announcing address", "address", a, "interface", k.link)
 			go s.announce(r, a)
 		}
@@ -357,7 +385,7 @@ func (s *Speaker) announce(r *responder, addr netip.Addr) {
 			case <-time.After(wait):
 			}
 		}
-		if !r.Owns(addr) {
+		if !r.announces(addr) {
 			return
 		}
 		if err := r.Announce(addr); err != nil {
