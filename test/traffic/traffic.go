@@ -1,10 +1,12 @@
 // Package traffic is the client and server side of the failover measurements: a server
-// that names its node, an open-loop client, and the arithmetic of an outage.
+// that names its node, a pod's server that also names the pod and the client address it
+// saw, an open-loop client, and the arithmetic of an outage.
 package traffic
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -27,22 +29,120 @@ func Serve(l net.Listener, name string) {
 	}
 }
 
+// ServePod answers every connection on l with one line naming the pod, its node and the
+// address the connection came from, as Answer.String writes it, then closes it, until l
+// is closed. It is a pod's server: what it says of the client tells a test whether the
+// way in kept the client's address (externalTrafficPolicy Local) or replaced it with a
+// node's (Cluster). pod and node must be non-empty and free of spaces and '=', as
+// Kubernetes names are.
+func ServePod(l net.Listener, pod, node string) {
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		a := Answer{Node: node, Pod: pod}
+		if ap, err := netip.ParseAddrPort(conn.RemoteAddr().String()); err == nil {
+			// An IPv4 client of a socket that listens on both families shows as
+			// ::ffff:a.b.c.d; a link-local one has a zone that says nothing here.
+			a.Client = ap.Addr().Unmap().WithZone("")
+		}
+		fmt.Fprintln(conn, a)
+		conn.Close()
+	}
+}
+
+// Answer is what a server sent: the node's name from Serve; the pod, its node and the
+// client address it saw from ServePod.
+type Answer struct {
+	// Node is the node that answered.
+	Node string
+	// Pod is the pod that answered; empty from Serve.
+	Pod string
+	// Client is the address the pod saw the connection come from; invalid from Serve.
+	Client netip.Addr
+}
+
+// String returns the line a server sends, without the newline: the node's name, or
+// pod=<pod> node=<node> client=<address> for a pod.
+func (a Answer) String() string {
+	if a.Pod == "" {
+		return a.Node
+	}
+	return fmt.Sprintf("pod=%s node=%s client=%s", a.Pod, a.Node, a.Client)
+}
+
+// ParseAnswer parses a line that Serve or ServePod sent, without its newline. A line
+// without '=' is a node's name, from Serve; one with is a pod's answer, which must have
+// each of pod, node and client once, with a valid address, and nothing else.
+func ParseAnswer(line string) (Answer, error) {
+	if line == "" {
+		return Answer{}, errors.New("parse answer: empty line")
+	}
+	if !strings.Contains(line, "=") {
+		if strings.ContainsAny(line, " \t") {
+			return Answer{}, fmt.Errorf("parse answer %q: a node's name has no spaces", line)
+		}
+		return Answer{Node: line}, nil
+	}
+	var a Answer
+	seen := map[string]bool{}
+	for _, f := range strings.Split(line, " ") {
+		key, value, _ := strings.Cut(f, "=")
+		if seen[key] {
+			return Answer{}, fmt.Errorf("parse answer %q: %s given twice", line, key)
+		}
+		seen[key] = true
+		if value == "" || strings.Contains(value, "=") {
+			return Answer{}, fmt.Errorf("parse answer %q: field %q is not key=value", line, f)
+		}
+		switch key {
+		case "pod":
+			a.Pod = value
+		case "node":
+			a.Node = value
+		case "client":
+			addr, err := netip.ParseAddr(value)
+			if err != nil {
+				return Answer{}, fmt.Errorf("parse answer %q: client: %w", line, err)
+			}
+			a.Client = addr
+		default:
+			return Answer{}, fmt.Errorf("parse answer %q: unknown field %q", line, key)
+		}
+	}
+	if !seen["pod"] || !seen["node"] || !seen["client"] {
+		return Answer{}, fmt.Errorf("parse answer %q: want pod, node and client", line)
+	}
+	return a, nil
+}
+
 // DialFunc opens a connection, as net.Dialer.DialContext does; a test passes one that
 // dials from inside a client's network namespace.
 type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
 
-// Reach connects to addr and returns the name the server there sent.
+// Reach connects to addr and returns the name of the node whose server answered, from
+// Serve or ServePod.
 func Reach(ctx context.Context, dial DialFunc, addr netip.AddrPort) (string, error) {
+	a, err := Ask(ctx, dial, addr)
+	return a.Node, err
+}
+
+// Ask connects to addr and returns what the server there sent, parsed.
+func Ask(ctx context.Context, dial DialFunc, addr netip.AddrPort) (Answer, error) {
 	conn, err := dial(ctx, "tcp", addr.String())
 	if err != nil {
-		return "", err
+		return Answer{}, err
 	}
 	defer conn.Close()
 	if d, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(d)
 	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
-	return strings.TrimSpace(line), err
+	if err != nil {
+		return Answer{}, fmt.Errorf("read the answer of %s: %w", addr, err)
+	}
+	return ParseAnswer(strings.TrimSpace(line))
 }
 
 // Request is one request of a Client.
@@ -51,8 +151,12 @@ type Request struct {
 	Start time.Time
 	// OK says the server answered within the timeout.
 	OK bool
-	// Node is the name the server sent.
+	// Node is the name of the node whose server answered, from Serve or ServePod.
 	Node string
+	// Pod is the pod that answered, and ClientAddr the client address it saw, when a
+	// pod's server (ServePod) answered.
+	Pod        string
+	ClientAddr netip.Addr
 }
 
 // Client sends a request every interval, each on a new connection with its own timeout,
@@ -86,8 +190,8 @@ func Start(dial DialFunc, addr netip.AddrPort, interval, timeout time.Duration) 
 				r := Request{Start: time.Now()}
 				ctx, cancel := context.WithDeadline(context.Background(), r.Start.Add(timeout))
 				defer cancel()
-				node, err := Reach(ctx, dial, addr)
-				r.OK, r.Node = err == nil, node
+				a, err := Ask(ctx, dial, addr)
+				r.OK, r.Node, r.Pod, r.ClientAddr = err == nil, a.Node, a.Pod, a.Client
 				c.mu.Lock()
 				c.requests = append(c.requests, r)
 				c.mu.Unlock()
