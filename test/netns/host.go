@@ -18,22 +18,37 @@ import (
 	vnetns "github.com/vishvananda/netns"
 )
 
-// A Host is one network namespace of a Network: a node, the client or the bridge. Its
-// methods are safe for concurrent use.
+// A Host is one network namespace of a Network: a node, the client, the bridge or a pod.
+// Its methods are safe for concurrent use.
 type Host struct {
-	// Name is the name of the namespace, as ip netns knows it: bmt-<pid>-<n>-<label>.
+	// Name is the name of the namespace, as ip netns knows it: bmt-<pid>-<n>-<label>, and
+	// bmt-<pid>-<n>-<node label>-pod<k> for pod k of a node.
 	Name string
 	// Label is node1, node2, …, client or bridge: a short name for logs and Kubernetes
 	// node names. A host's port on the bridge, the peer of its eth0, has this name too.
+	// A pod's Label is the name AddPod was given; its port on the node's PodBridge is
+	// veth<k>.
 	Label string
-	// Interface is the host's interface on the segment: eth0, or br0 for the bridge.
+	// Interface is the host's interface on the segment: eth0, or br0 for the bridge. A
+	// pod's is eth0 too, on its node's PodBridge.
 	Interface string
-	// MAC is the hardware address of Interface, 02:00:00:00:00:<host number>.
+	// MAC is the hardware address of Interface, 02:00:00:00:00:<host number>, and
+	// 02:00:01:00:<node number>:<k> for pod k of a node.
 	MAC net.HardwareAddr
-	// IPv4 and IPv6 are the addresses of Interface, in Network.Subnet4 and Subnet6.
+	// IPv4 and IPv6 are the addresses of Interface, in Network.Subnet4 and Subnet6; a
+	// pod's are in its node's PodSubnet4 and PodSubnet6.
 	IPv4, IPv6 netip.Addr
 	// LinkLocal is the IPv6 link-local address of Interface, which NDP replies come from.
 	LinkLocal netip.Addr
+	// PodSubnet4 and PodSubnet6 are a node's pod range, 198.19.<node number>.0/24 and
+	// fd00:198:19:<node number in hex>::/64; their first addresses, on the node's
+	// PodBridge, are its pods' gateways. They are invalid for the other hosts.
+	PodSubnet4, PodSubnet6 netip.Prefix
+	// Node is, for a pod, the node it runs on; nil for the other hosts.
+	Node *Host
+
+	num  byte   // host number: the last byte of IPv4
+	port string // a pod's end of its veth in the node's namespace
 }
 
 // commandTimeout bounds the ip(8) commands of Host methods that take no context.

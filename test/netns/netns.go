@@ -1,27 +1,44 @@
 // Package netns builds a small layer-2 network out of Linux network namespaces, for the
 // end-to-end tests, the failover benchmark and the demo. It needs root and iproute2.
 //
-// A Network is one Ethernet segment:
+// A Network is one Ethernet segment, and every node has a pod network of its own:
 //
-//	            bridge namespace: br0 198.18.0.254, fd00:198:18::fe
-//	           /         |                 \
-//	node1 eth0      node2 eth0   ...   client eth0
-//	198.18.0.1      198.18.0.2         198.18.0.200
-//	fd00:198:18::1  fd00:198:18::2     fd00:198:18::c8
+//	               bridge namespace: br0 198.18.0.254, fd00:198:18::fe
+//	              /                         |                       \
+//	node1 eth0 198.18.0.1       node2 eth0 198.18.0.2   ...   client eth0 198.18.0.200
+//	           fd00:198:18::1              fd00:198:18::2                 fd00:198:18::c8
+//	      cbr0 198.19.1.1             cbr0 198.19.2.1
+//	           fd00:198:19:1::1            fd00:198:19:2::1
+//	        /         \                     |
+//	pod eth0 198.19.1.2  ...          pod eth0 198.19.2.2
+//	         fd00:198:19:1::2                  fd00:198:19:2::2
 //
 // The bridge br0 lives in a namespace of its own, so that the host's iptables and
 // br_netfilter never see the traffic. Every node and the client is a namespace with lo up
-// and one interface, eth0, a veth whose peer is a port of br0. Addresses come from the
-// benchmarking range 198.18.0.0/24 and the ULA prefix fd00:198:18::/64 only; host number
-// h (1…199 for the nodes, 200 for the client, 254 for the bridge) has the IPv4 address
-// 198.18.0.h, the IPv6 address fd00:198:18::h (h in hex, as IPv6 writes it) and the MAC
-// 02:00:00:00:00:h, so that tests can assert on all three.
+// and one interface on the segment, eth0, a veth whose peer is a port of br0. Addresses
+// come from the benchmarking range 198.18.0.0/24 and the ULA prefix fd00:198:18::/64
+// only; host number h (1…199 for the nodes, 200 for the client, 254 for the bridge) has
+// the IPv4 address 198.18.0.h, the IPv6 address fd00:198:18::h (h in hex, as IPv6 writes
+// it) and the MAC 02:00:00:00:00:h, so that tests can assert on all three.
 //
 // The nodes behave like Kubernetes nodes whose Service addresses sit on a local
 // interface (as kube-proxy's IPVS dummy interface does): they have arp_ignore=1 and
 // arp_announce=2, so their kernels never answer ARP on eth0 for an address added with
 // AddLocal. Answering is the node agent's job. (The kernel never answers neighbour
 // solicitations for an address on another interface, so IPv6 needs no such setting.)
+//
+// Pods. Node number N owns the pod range 198.19.N.0/24 and fd00:198:19:N::/64 (N in
+// hex), inside the cluster's pod ranges 198.19.0.0/16 (the other half of the
+// benchmarking range 198.18.0.0/15) and fd00:198:19::/48 (the project's ULA prefix). Like
+// a node of a real cluster with a bridge CNI plugin, each node has, from Create on, a
+// bridge cbr0 (PodBridge) holding the range's gateway addresses .1 and ::1, forwarding
+// on for IPv4 and IPv6, and a route to every other node's pod range via that node's eth0
+// address; AddPod adds pods, each a namespace whose eth0 is a veth into its node's cbr0,
+// with the addresses .k and ::k of the range (k from 2 up, the lowest free one), the
+// MAC 02:00:01:00:N:k and default routes via the gateways. Traffic between pods, and
+// between nodes and pods, is routed without address translation, so a pod sees the
+// address its peer sent from. The client has no route to the pod ranges: outside a
+// cluster, pods are reached through Service addresses only.
 //
 // Every namespace name starts with bmt-<pid>-, the ID of the process that created it, so
 // that Sweep can remove what a crashed run left behind.
@@ -49,6 +66,9 @@ import (
 var (
 	subnet4 = netip.MustParsePrefix("198.18.0.0/24")
 	subnet6 = netip.MustParsePrefix("fd00:198:18::/64")
+	// The pod ranges of all nodes: node N has the /24 and /64 numbered N within them.
+	podSubnet4 = netip.MustParsePrefix("198.19.0.0/16")
+	podSubnet6 = netip.MustParsePrefix("fd00:198:19::/48")
 )
 
 // Host numbers of the hosts that are not nodes; nodes are 1…MaxNodes.
@@ -87,9 +107,14 @@ type Network struct {
 	// Subnet4 and Subnet6 are the prefixes of the segment: 198.18.0.0/24 and
 	// fd00:198:18::/64.
 	Subnet4, Subnet6 netip.Prefix
+	// PodSubnet4 and PodSubnet6 hold the pod ranges of all nodes, 198.19.0.0/16 and
+	// fd00:198:19::/48: the cluster CIDRs, as kube-proxy's --cluster-cidr knows them.
+	PodSubnet4, PodSubnet6 netip.Prefix
 
+	prefix     string // starts the name of every namespace of n
 	mu         sync.Mutex
 	created    []string // namespaces created so far, in order of creation
+	pods       []*Host  // pods added and not removed, in order of creation
 	forwarders []*forwarder
 	closed     bool
 	closeErr   error
@@ -108,13 +133,18 @@ func Create(nodes int) (*Network, error) {
 	}
 	prefix := fmt.Sprintf("%s%d-%d-", namePrefix, os.Getpid(), networks.Add(1))
 	n := &Network{
-		Bridge:  newHost(prefix, "bridge", "br0", bridgeHost),
-		Client:  newHost(prefix, "client", "eth0", clientHost),
-		Subnet4: subnet4,
-		Subnet6: subnet6,
+		Bridge:     newHost(prefix, "bridge", "br0", bridgeHost),
+		Client:     newHost(prefix, "client", "eth0", clientHost),
+		Subnet4:    subnet4,
+		Subnet6:    subnet6,
+		PodSubnet4: podSubnet4,
+		PodSubnet6: podSubnet6,
+		prefix:     prefix,
 	}
 	for i := 1; i <= nodes; i++ {
-		n.Nodes = append(n.Nodes, newHost(prefix, "node"+strconv.Itoa(i), "eth0", byte(i)))
+		h := newHost(prefix, "node"+strconv.Itoa(i), "eth0", byte(i))
+		h.PodSubnet4, h.PodSubnet6 = podRange(byte(i))
+		n.Nodes = append(n.Nodes, h)
 	}
 	if err := n.build(); err != nil {
 		return nil, errors.Join(err, n.Close())
@@ -135,6 +165,7 @@ func newHost(prefix, label, ifname string, num byte) *Host {
 		MAC:       net.HardwareAddr{0x02, 0, 0, 0, 0, num},
 		IPv4:      netip.AddrFrom4(v4),
 		IPv6:      netip.AddrFrom16(v6),
+		num:       num,
 	}
 }
 
@@ -217,6 +248,11 @@ func (n *Network) build() error {
 	if err := ipBatch(ctx, br.Name, ports...); err != nil {
 		return err
 	}
+	for _, node := range n.Nodes {
+		if err := n.buildPodNetwork(ctx, node); err != nil {
+			return err
+		}
+	}
 
 	for _, h := range all {
 		if h.LinkLocal, err = h.linkLocal(ctx); err != nil {
@@ -243,11 +279,17 @@ type sysctl struct{ path, value string }
 // namespace are copied from the host's, so everything the tests rely on is set
 // explicitly rather than assumed.
 func baseSysctls(node bool) []sysctl {
-	arpIgnore, arpAnnounce := "0", "0"
+	arpIgnore, arpAnnounce, forwarding := "0", "0", "0"
 	if node {
-		arpIgnore, arpAnnounce = "1", "2"
+		arpIgnore, arpAnnounce, forwarding = "1", "2", "1"
 	}
 	return []sysctl{
+		// First: writing ip_forward resets accept_redirects of all, nothing else set
+		// below. Nodes route between eth0 and their pods' bridge, as every Kubernetes
+		// node does (kube-proxy needs it too, for traffic it sends to another node's
+		// pod). Writing all/forwarding sets default/forwarding too.
+		{"net/ipv4/ip_forward", forwarding},
+		{"net/ipv6/conf/all/forwarding", forwarding},
 		{"net/ipv4/conf/all/rp_filter", "0"},
 		{"net/ipv4/conf/default/rp_filter", "0"},
 		{"net/ipv4/conf/all/arp_ignore", arpIgnore},
