@@ -31,14 +31,15 @@
 // hex), inside the cluster's pod ranges 198.19.0.0/16 (the other half of the
 // benchmarking range 198.18.0.0/15) and fd00:198:19::/48 (the project's ULA prefix). Like
 // a node of a real cluster with a bridge CNI plugin, each node has, from Create on, a
-// bridge cbr0 (PodBridge) holding the range's gateway addresses .1 and ::1, forwarding
-// on for IPv4 and IPv6, and a route to every other node's pod range via that node's eth0
-// address; AddPod adds pods, each a namespace whose eth0 is a veth into its node's cbr0,
-// with the addresses .k and ::k of the range (k from 2 up, the lowest free one), the
-// MAC 02:00:01:00:N:k and default routes via the gateways. Traffic between pods, and
-// between nodes and pods, is routed without address translation, so a pod sees the
-// address its peer sent from. The client has no route to the pod ranges: outside a
-// cluster, pods are reached through Service addresses only.
+// bridge cbr0 (PodBridge) holding the range's gateway addresses .1 and ::1, and a route
+// to every other node's pod range via that node's eth0 address. AddPod adds pods, each a
+// namespace whose eth0 is a veth into its node's cbr0, with the addresses .k and ::k of
+// the range (k from 2 up, the lowest free one), the MAC 02:00:01:00:N:k and default
+// routes via the gateways; it turns IPv4 and IPv6 forwarding on in the node's namespace,
+// which routes between eth0 and cbr0. Traffic between pods, and between nodes and pods,
+// is routed without address translation, so a pod sees the address its peer sent from.
+// The client has no route to the pod ranges: outside a cluster, pods are reached
+// through Service addresses only.
 //
 // Every namespace name starts with bmt-<pid>-, the ID of the process that created it, so
 // that Sweep can remove what a crashed run left behind.
@@ -279,17 +280,11 @@ type sysctl struct{ path, value string }
 // namespace are copied from the host's, so everything the tests rely on is set
 // explicitly rather than assumed.
 func baseSysctls(node bool) []sysctl {
-	arpIgnore, arpAnnounce, forwarding := "0", "0", "0"
+	arpIgnore, arpAnnounce := "0", "0"
 	if node {
-		arpIgnore, arpAnnounce, forwarding = "1", "2", "1"
+		arpIgnore, arpAnnounce = "1", "2"
 	}
 	return []sysctl{
-		// First: writing ip_forward resets accept_redirects of all, nothing else set
-		// below. Nodes route between eth0 and their pods' bridge, as every Kubernetes
-		// node does (kube-proxy needs it too, for traffic it sends to another node's
-		// pod). Writing all/forwarding sets default/forwarding too.
-		{"net/ipv4/ip_forward", forwarding},
-		{"net/ipv6/conf/all/forwarding", forwarding},
 		{"net/ipv4/conf/all/rp_filter", "0"},
 		{"net/ipv4/conf/default/rp_filter", "0"},
 		{"net/ipv4/conf/all/arp_ignore", arpIgnore},

@@ -71,8 +71,9 @@ func (n *Network) buildPodNetwork(ctx context.Context, node *Host) error {
 // of n, and returns it once it can send and receive on IPv4 and IPv6: a namespace with
 // lo up and eth0, a veth whose peer is a port of the node's PodBridge, with the lowest
 // free addresses of the node's pod range and default routes via the range's gateways.
-// On error nothing of the pod is left behind. Close removes the pods that RemovePod has
-// not.
+// It turns IPv4 and IPv6 forwarding on in the node's namespace, for the node to route
+// the pod's traffic; forwarding stays on after the pod is gone. On error nothing of the
+// pod is left behind. Close removes the pods that RemovePod has not.
 func (n *Network) AddPod(node *Host, name string) (*Host, error) {
 	if name == "" {
 		return nil, errors.New("add pod: empty name")
@@ -130,9 +131,23 @@ func (n *Network) freePodNumber(node *Host) (byte, bool) {
 	return 0, false
 }
 
-// buildPod creates the links, addresses and routes of pod, whose namespace exists.
+// forwarding turns on IPv4 and IPv6 forwarding, which a node with pods needs to route
+// between eth0 and its PodBridge. Writing ip_forward also resets all/accept_redirects,
+// and writing all/forwarding sets every interface's and default's forwarding; the ARP
+// settings of a node stay as they are. Create leaves forwarding alone, so that nodes
+// without pods keep what a new namespace has.
+var forwarding = []sysctl{
+	{"net/ipv4/ip_forward", "1"},
+	{"net/ipv6/conf/all/forwarding", "1"},
+}
+
+// buildPod creates the links, addresses and routes of pod, whose namespace exists, and
+// turns forwarding on in its node.
 func buildPod(ctx context.Context, pod *Host) error {
 	node := pod.Node
+	if err := node.setSysctls(forwarding); err != nil {
+		return err
+	}
 	// Before eth0 exists, so that it inherits them: no duplicate address detection, for
 	// the addresses to be usable at once.
 	if err := pod.setSysctls(baseSysctls(false)); err != nil {

@@ -110,15 +110,6 @@ func TestPodTopology(t *testing.T) {
 				t.Errorf("%s: %s has %v, want %s among them", h.Label, netns.PodBridge, got, want)
 			}
 		}
-		for _, path := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/ipv6/conf/eth0/forwarding"} {
-			if got := sysctl(t, h, path); got != "1" {
-				t.Errorf("%s: %s = %s, want 1", h.Label, path, got)
-			}
-		}
-		// Forwarding leaves the ARP behaviour of eth0 alone.
-		if got := sysctl(t, h, "net/ipv4/conf/eth0/arp_ignore"); got != "1" {
-			t.Errorf("%s: eth0 arp_ignore = %s, want 1", h.Label, got)
-		}
 	}
 	// Each node routes the other's pod range to the other's eth0 address.
 	for _, tt := range []struct {
@@ -139,13 +130,12 @@ func TestPodTopology(t *testing.T) {
 			t.Errorf("%s routes %s via %s dev %s, want via %s dev eth0", tt.from.Label, tt.dst, gw, dev, want)
 		}
 	}
-	// Neither the client nor the bridge's namespace routes or forwards to pods.
+	// Neither the client nor the bridge's namespace has a route to pods.
 	for _, h := range []*netns.Host{n.Client, n.Bridge} {
-		if out, err := h.Run(t.Context(), "ip", "route", "get", "198.19.1.2"); err == nil {
-			t.Errorf("%s has a route to a pod: %s", h.Label, out)
-		}
-		if got := sysctl(t, h, "net/ipv4/ip_forward"); got != "0" {
-			t.Errorf("%s: ip_forward = %s, want 0", h.Label, got)
+		for _, dst := range []string{"198.19.1.2", "fd00:198:19:1::2"} {
+			if out, err := h.Run(t.Context(), "ip", "route", "get", dst); err == nil {
+				t.Errorf("%s has a route to a pod: %s", h.Label, out)
+			}
 		}
 	}
 
@@ -185,12 +175,30 @@ func TestPodTopology(t *testing.T) {
 				t.Errorf("%s routes %s via %s dev %s, want via %s dev eth0", w.label, tt.dst, gw, dev, tt.gw)
 			}
 		}
-		if got := sysctl(t, p, "net/ipv4/ip_forward"); got != "0" {
-			t.Errorf("%s: ip_forward = %s, want 0", w.label, got)
-		}
 	}
 	if got := n.Pods(); !slices.Equal(got, []*netns.Host{web0, web1, db0}) {
 		t.Errorf("Pods() = %v, want web-0, web-1, db-0", got)
+	}
+
+	// The nodes forward, for their pods, and keep their ARP behaviour.
+	for _, h := range n.Nodes {
+		for path, want := range map[string]string{
+			"net/ipv4/ip_forward":                "1",
+			"net/ipv4/conf/eth0/forwarding":      "1",
+			"net/ipv6/conf/all/forwarding":       "1",
+			"net/ipv6/conf/eth0/forwarding":      "1",
+			"net/ipv6/conf/cbr0/forwarding":      "1",
+			"net/ipv4/conf/all/arp_ignore":       "1",
+			"net/ipv4/conf/default/arp_ignore":   "1",
+			"net/ipv4/conf/eth0/arp_ignore":      "1",
+			"net/ipv4/conf/all/arp_announce":     "2",
+			"net/ipv4/conf/default/arp_announce": "2",
+			"net/ipv4/conf/eth0/arp_announce":    "2",
+		} {
+			if got := sysctl(t, h, path); got != want {
+				t.Errorf("%s: %s = %s, want %s", h.Label, path, got, want)
+			}
+		}
 	}
 }
 
