@@ -39,7 +39,10 @@
 // which routes between eth0 and cbr0. Traffic between pods, and between nodes and pods,
 // is routed without address translation, so a pod sees the address its peer sent from.
 // The client has no route to the pod ranges: outside a cluster, pods are reached
-// through Service addresses only.
+// through Service addresses only. Service pools and subnets that a test adds must stay
+// outside the pod ranges of its nodes: a node routes the other nodes' ranges to them,
+// and once it has pods its cbr0 is an up link on its own range, where the agent would
+// announce such a pool's addresses too.
 //
 // Every namespace name starts with bmt-<pid>-, the ID of the process that created it, so
 // that Sweep can remove what a crashed run left behind.

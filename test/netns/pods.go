@@ -41,8 +41,12 @@ func podAddrs(node *Host, k byte) (v4, v6 netip.Addr, mac net.HardwareAddr) {
 }
 
 // buildPodNetwork gives node its PodBridge with the gateway addresses, and routes to the
-// pod ranges of the other nodes of n through their eth0 addresses. It runs once eth0 is
-// up, for the routes' gateways to be on a connected subnet.
+// pod ranges of the other nodes of n through their eth0 addresses. Create runs it for
+// every node, as a node's pod range and the routes to it are set up when the node joins
+// a cluster: so no node's routes change as pods come and go, and a pod is one veth. It
+// runs once eth0 is up, for the routes' gateways to be on a connected subnet. Without
+// ports, cbr0 has no carrier: its routes are marked linkdown and no agent announces on
+// it.
 func (n *Network) buildPodNetwork(ctx context.Context, node *Host) error {
 	gw4, gw6, mac := podAddrs(node, podGateway)
 	// The bridge gets a MAC of its own: otherwise it takes the lowest of its ports',
