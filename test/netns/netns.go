@@ -112,7 +112,8 @@ type Network struct {
 	// fd00:198:18::/64.
 	Subnet4, Subnet6 netip.Prefix
 	// PodSubnet4 and PodSubnet6 hold the pod ranges of all nodes, 198.19.0.0/16 and
-	// fd00:198:19::/48: the cluster CIDRs, as kube-proxy's --cluster-cidr knows them.
+	// fd00:198:19::/48: the cluster's pod CIDRs, such as kube-proxy's --cluster-cidr
+	// takes.
 	PodSubnet4, PodSubnet6 netip.Prefix
 
 	prefix     string // starts the name of every namespace of n
@@ -318,10 +319,11 @@ func (h *Host) setSysctls(s []sysctl) error {
 	})
 }
 
-// Close deletes the namespaces of n, after killing every process inside them, and
-// closes its forwarders. Sockets that the caller opened inside a namespace with Do keep
-// what is left of it alive until they are closed. Close is safe to call more than once
-// and from several goroutines; later calls return what the first returned.
+// Close deletes the namespaces of n, its pods' included, after killing every process
+// inside them, and closes its forwarders. Sockets that the caller opened inside a
+// namespace with Do keep what is left of it alive until they are closed. Close is safe
+// to call more than once and from several goroutines; later calls return what the first
+// returned.
 func (n *Network) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
