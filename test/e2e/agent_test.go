@@ -217,18 +217,18 @@ func TestInterfaceChanges(t *testing.T) {
 	ctx := context.Background()
 
 	// An address on no subnet of the node: reported on the Service, not announced.
-	late := netip.MustParseAddr("198.19.5.5")
+	late := netip.MustParseAddr("198.18.5.5")
 	svc := c.createService(t, "late", late)
 	c.setAnnouncer(t, svc, node1.Label)
-	c.waitEvent(t, svc, "NoInterface", "Node node1 does not announce 198.19.5.5: no up interface has a subnet containing it")
+	c.waitEvent(t, svc, "NoInterface", "Node node1 does not announce 198.18.5.5: no up interface has a subnet containing it")
 	if got := c.metric(t, node1, "baremetal_agent_addresses_without_interface"); got != "1" {
 		t.Errorf("addresses without interface = %q, want 1", got)
 	}
 	// The subnet appears on eth0: picked up without a restart.
-	if _, err := c.Net.Client.Run(ctx, "ip", "addr", "add", "198.19.5.200/24", "dev", "eth0"); err != nil {
+	if _, err := c.Net.Client.Run(ctx, "ip", "addr", "add", "198.18.5.200/24", "dev", "eth0"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := node1.Run(ctx, "ip", "addr", "add", "198.19.5.1/24", "dev", "eth0"); err != nil {
+	if _, err := node1.Run(ctx, "ip", "addr", "add", "198.18.5.1/24", "dev", "eth0"); err != nil {
 		t.Fatal(err)
 	}
 	c.waitReach(t, late, node1.Label)

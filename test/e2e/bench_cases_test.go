@@ -119,7 +119,7 @@ var bulkServices = 5000
 const bulkConfig = `
 pools:
 - name: bulk
-  addresses: [198.19.0.0/19]
+  addresses: [198.18.32.0/19]
   interfaces: [eth0]
 `
 
@@ -136,7 +136,7 @@ func benchManyServices(b *testing.B) []row {
 	}
 	c := newClusterWith(b, controlplane.Shared(b), 3, bulkConfig)
 	x := c.Net.Nodes[0]
-	if _, err := c.Net.Client.Run(context.Background(), "ip", "route", "add", "198.19.0.0/19", "dev", c.Net.Client.Interface); err != nil {
+	if _, err := c.Net.Client.Run(context.Background(), "ip", "route", "add", "198.18.32.0/19", "dev", c.Net.Client.Interface); err != nil {
 		b.Fatal(err)
 	}
 	ccm := c.startCCM(b)

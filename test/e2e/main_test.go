@@ -37,7 +37,7 @@ pools:
 - name: e2e
   addresses: [198.18.0.100-198.18.0.150, "fd00:198:18::100-fd00:198:18::150"]
 - name: late
-  addresses: [198.19.5.0/24]
+  addresses: [198.18.5.0/24]
   autoAssign: false
 `
 

@@ -222,7 +222,7 @@ const lbConfig = cloudConfig + `- name: lb
 `
 
 // addLB0 gives every node a second interface, lb0, on the bridge, with an address of
-// 198.19.6.0/24: the interface pool lb is announced on, apart from eth0, where the ccm
+// 198.18.6.0/24: the interface pool lb is announced on, apart from eth0, where the ccm
 // probes.
 func (c *cluster) addLB0(t testing.TB) {
 	t.Helper()
@@ -232,7 +232,7 @@ func (c *cluster) addLB0(t testing.TB) {
 		port := h.Label + "-lb"
 		for _, cmd := range [][]string{
 			{"link", "add", "lb0", "type", "veth", "peer", "name", port, "netns", c.Net.Bridge.Name},
-			{"addr", "add", fmt.Sprintf("198.19.6.%d/24", i+1), "dev", "lb0"},
+			{"addr", "add", fmt.Sprintf("198.18.6.%d/24", i+1), "dev", "lb0"},
 			{"link", "set", "lb0", "up"},
 		} {
 			if out, err := h.Run(ctx, "ip", cmd...); err != nil {
