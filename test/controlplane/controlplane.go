@@ -1,9 +1,12 @@
-// Package controlplane runs a real etcd and kube-apiserver for integration tests.
+// Package controlplane runs a real etcd and kube-apiserver for integration tests, and on
+// request a real kube-controller-manager that runs the EndpointSlice controller alone
+// (StartControllerManager).
 //
 // Each control plane listens on free loopback ports only, uses throwaway certificates
 // and keys made for it in a temporary directory, and authorizes requests with RBAC, so
 // tests can act as an admin, as any user and groups, or as a ServiceAccount. The binaries
-// are built by `make tools` into hack/tools/bin (or found in $BAREMETAL_TEST_BINDIR).
+// are built by `make tools` into hack/tools/bin (or found in $BAREMETAL_TEST_BINDIR),
+// which also holds the kube-proxy that package kubeproxy runs (Binary finds it).
 //
 // Most test packages share one control plane through RunTests and Shared:
 //
