@@ -73,7 +73,7 @@ demo: ## Root, Linux: the whole product on one machine, with a failover (first r
 	@BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(BIN)/baremetal-demo
 
 .PHONY: tools
-tools: ## Build kube-apiserver and etcd for the integration tests into hack/tools/bin (first time ~8 min)
+tools: ## Build kube-apiserver, etcd, kube-controller-manager and kube-proxy for the integration tests into hack/tools/bin (first time ~13 min)
 	./hack/build-tools.sh
 
 .PHONY: helm

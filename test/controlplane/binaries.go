@@ -10,15 +10,16 @@ import (
 )
 
 // BinDirEnv names the environment variable that, when set, gives the directory holding
-// the etcd and kube-apiserver binaries, instead of hack/tools/bin under the module root.
+// the binaries the tests run (etcd, kube-apiserver, kube-controller-manager and
+// kube-proxy), instead of hack/tools/bin under the module root.
 const BinDirEnv = "BAREMETAL_TEST_BINDIR"
 
 // modulePath is the module whose root holds hack/tools/bin. It is matched by name
 // because hack/tools has a go.mod of its own.
 const modulePath = "github.com/cloud-provider-baremetal/cloud-provider-baremetal"
 
-// ErrBinaryNotFound is returned, wrapped, by Start when etcd or kube-apiserver is not
-// where it should be. Outside CI the test helpers turn it into a skip.
+// ErrBinaryNotFound is returned, wrapped, by Start, StartControllerManager and Binary when
+// a program is not where it should be. Outside CI the test helpers turn it into a skip.
 var ErrBinaryNotFound = errors.New("control plane binary not found")
 
 // binaries holds the paths of the two programs a control plane runs.
@@ -40,24 +41,33 @@ func BinDir() (string, error) {
 	return filepath.Join(root, "hack", "tools", "bin"), nil
 }
 
-// findBinaries returns the binaries in BinDir.
-func findBinaries() (binaries, error) {
+// Binary returns the path of the program called name in BinDir, such as "kube-proxy", or
+// an error wrapping ErrBinaryNotFound when there is no executable file of that name.
+func Binary(name string) (string, error) {
 	dir, err := BinDir()
 	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", ErrBinaryNotFound, path)
+	}
+	if info.IsDir() || info.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%w: %s is not an executable file", ErrBinaryNotFound, path)
+	}
+	return path, nil
+}
+
+// findBinaries returns the binaries of a control plane in BinDir.
+func findBinaries() (binaries, error) {
+	var bins binaries
+	var err error
+	if bins.etcd, err = Binary("etcd"); err != nil {
 		return binaries{}, err
 	}
-	bins := binaries{
-		etcd:      filepath.Join(dir, "etcd"),
-		apiserver: filepath.Join(dir, "kube-apiserver"),
-	}
-	for _, path := range []string{bins.etcd, bins.apiserver} {
-		info, err := os.Stat(path)
-		if err != nil {
-			return binaries{}, fmt.Errorf("%w: %s", ErrBinaryNotFound, path)
-		}
-		if info.IsDir() || info.Mode()&0o111 == 0 {
-			return binaries{}, fmt.Errorf("%w: %s is not an executable file", ErrBinaryNotFound, path)
-		}
+	if bins.apiserver, err = Binary("kube-apiserver"); err != nil {
+		return binaries{}, err
 	}
 	return bins, nil
 }

@@ -1,9 +1,12 @@
-// Package controlplane runs a real etcd and kube-apiserver for integration tests.
+// Package controlplane runs a real etcd and kube-apiserver for integration tests, and on
+// request a real kube-controller-manager that runs the EndpointSlice controller alone
+// (StartControllerManager).
 //
 // Each control plane listens on free loopback ports only, uses throwaway certificates
 // and keys made for it in a temporary directory, and authorizes requests with RBAC, so
 // tests can act as an admin, as any user and groups, or as a ServiceAccount. The binaries
-// are built by `make tools` into hack/tools/bin (or found in $BAREMETAL_TEST_BINDIR).
+// are built by `make tools` into hack/tools/bin (or found in $BAREMETAL_TEST_BINDIR),
+// which also holds the kube-proxy that package kubeproxy runs (Binary finds it).
 //
 // Most test packages share one control plane through RunTests and Shared:
 //
@@ -59,8 +62,8 @@ const (
 	startAttempts = 3
 )
 
-// ControlPlane is a running etcd and kube-apiserver. Its methods are safe for
-// concurrent use.
+// ControlPlane is a running etcd and kube-apiserver, and any kube-controller-manager
+// started with StartControllerManager. Its methods are safe for concurrent use.
 type ControlPlane struct {
 	dir       *lockedTempDir
 	etcd      *process.Process
@@ -77,6 +80,12 @@ type ControlPlane struct {
 	stopOnce sync.Once
 	stopErr  error
 	killed   atomic.Bool // the API server was killed on purpose
+
+	mu sync.Mutex
+	// controllerManagers are those StartControllerManager started, which Stop stops
+	// first.
+	controllerManagers []*ControllerManager
+	stopping           bool // Stop has begun: start no more controller managers
 }
 
 // Option changes how Start runs the control plane.
@@ -423,11 +432,17 @@ func (c *ControlPlane) anonymousConfig() *rest.Config {
 	}
 }
 
-// Logs returns everything etcd and kube-apiserver have printed so far, for a test to
-// print when it fails.
+// Logs returns everything etcd, kube-apiserver and the controller managers have printed
+// so far, for a test to print when it fails.
 func (c *ControlPlane) Logs() string {
+	procs := []*process.Process{c.etcd, c.apiserver}
+	c.mu.Lock()
+	for _, m := range c.controllerManagers {
+		procs = append(procs, m.p)
+	}
+	c.mu.Unlock()
 	var b strings.Builder
-	for _, p := range []*process.Process{c.etcd, c.apiserver} {
+	for _, p := range procs {
 		if p == nil {
 			continue
 		}
@@ -455,13 +470,24 @@ func (c *ControlPlane) RestartAPIServer(ctx context.Context) error {
 	return c.waitForAPIServer(ctx)
 }
 
-// Stop stops kube-apiserver, then etcd, and removes the control plane's directory.
-// kube-apiserver goes first and is waited for because one whose etcd vanishes under it
-// hangs retrying rather than exiting. Stop reports a child that had to be killed or had
-// exited before, and returns the same answer if called again.
+// Stop stops the controller managers still running, kube-apiserver, then etcd, and
+// removes the control plane's directory. kube-apiserver goes first and is waited for
+// because one whose etcd vanishes under it hangs retrying rather than exiting. Stop
+// reports a child that had to be killed or had exited before, and returns the same
+// answer if called again.
 func (c *ControlPlane) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
+		c.mu.Lock()
+		c.stopping = true
+		managers := c.controllerManagers
+		c.mu.Unlock()
+		for _, m := range managers {
+			// What the Stop of one stopped before said went to its caller already.
+			if m.stopped.CompareAndSwap(false, true) {
+				errs = append(errs, m.Stop())
+			}
+		}
 		if c.apiserver != nil && !c.killed.Load() {
 			errs = append(errs, c.apiserver.Stop(apiserverStopGrace))
 		}

@@ -111,13 +111,14 @@ func StartForTest(t testing.TB, opts ...Option) *ControlPlane {
 	return cp
 }
 
-// SkipOrFail ends the test because no control plane could be started. Missing binaries
+// SkipOrFail ends the test because no control plane (or another of the tools, such as
+// kube-proxy) could be started. Missing binaries
 // skip the test, unless $CI is true: CI must not pass by running nothing. Any other
 // start error fails the test, since binaries that are there but do not start are a bug.
 func SkipOrFail(t testing.TB, err error) {
 	t.Helper()
 	if errors.Is(err, ErrBinaryNotFound) && !inCI() {
-		t.Skipf("%v; run `make tools` to build etcd and kube-apiserver into hack/tools/bin, or set %s", err, BinDirEnv)
+		t.Skipf("%v; run `make tools` to build etcd, kube-apiserver, kube-controller-manager and kube-proxy into hack/tools/bin, or set %s", err, BinDirEnv)
 	}
 	t.Fatal(err)
 }
@@ -125,4 +126,24 @@ func SkipOrFail(t testing.TB, err error) {
 func inCI() bool {
 	ci, _ := strconv.ParseBool(os.Getenv("CI"))
 	return ci
+}
+
+// ControllerManagerForTest starts kube-controller-manager against c for the test, as
+// StartControllerManager does, ending the test as SkipOrFail does when it cannot. It is
+// stopped when the test ends, after its log is logged if the test failed.
+func ControllerManagerForTest(t testing.TB, c *ControlPlane) *ControllerManager {
+	t.Helper()
+	m, err := c.StartControllerManager(t.Context())
+	if err != nil {
+		SkipOrFail(t, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-controller-manager log:\n%s", m.Logs())
+		}
+		if err := m.Stop(); err != nil {
+			t.Errorf("stop kube-controller-manager: %v", err)
+		}
+	})
+	return m
 }

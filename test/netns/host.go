@@ -192,6 +192,18 @@ func (h *Host) local(op string, addr netip.Addr) error {
 	return err
 }
 
+// EnableForwarding turns on IPv4 and IPv6 forwarding in the host's namespace, as a
+// Kubernetes node has it: kube-proxy hands traffic for a Service address on to endpoints
+// on other nodes, which the kernel does only while forwarding. Create leaves forwarding
+// as a new namespace gets it: IPv4 forwarding copied from the machine's, IPv6 forwarding
+// off. A node's ARP settings (arp_ignore, arp_announce) stay as they are.
+func (h *Host) EnableForwarding() error {
+	return h.setSysctls([]sysctl{
+		{"net/ipv4/ip_forward", "1"},
+		{"net/ipv6/conf/all/forwarding", "1"},
+	})
+}
+
 // Neighbor returns the host's neighbour table entry for addr on its interface: the
 // hardware address, nil for an entry without one (INCOMPLETE or FAILED), and the state
 // as ip(8) prints it, such as REACHABLE, STALE or PERMANENT. Without an entry it returns

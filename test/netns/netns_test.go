@@ -499,3 +499,42 @@ func containsAll(have, want []string) bool {
 	}
 	return true
 }
+
+func TestEnableForwarding(t *testing.T) {
+	t.Parallel()
+	n := netns.ForTest(t, 2)
+	ctx := t.Context()
+	node := n.Nodes[0]
+	if err := node.EnableForwarding(); err != nil {
+		t.Fatal(err)
+	}
+	sysctl := func(h *netns.Host, path string) string {
+		t.Helper()
+		out, err := h.Run(ctx, "cat", "/proc/sys/"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	for path, want := range map[string]string{
+		"net/ipv4/ip_forward":                "1",
+		"net/ipv4/conf/eth0/forwarding":      "1",
+		"net/ipv6/conf/all/forwarding":       "1",
+		"net/ipv6/conf/eth0/forwarding":      "1",
+		"net/ipv4/conf/all/arp_ignore":       "1",
+		"net/ipv4/conf/eth0/arp_ignore":      "1",
+		"net/ipv4/conf/all/arp_announce":     "2",
+		"net/ipv4/conf/eth0/arp_announce":    "2",
+		"net/ipv4/conf/default/arp_ignore":   "1",
+		"net/ipv4/conf/default/arp_announce": "2",
+	} {
+		if got := sysctl(node, path); got != want {
+			t.Errorf("%s: %s = %s, want %s", node.Label, path, got, want)
+		}
+	}
+	// The other node keeps what a new namespace has: no IPv6 forwarding. (IPv4 forwarding
+	// is copied from the machine's.)
+	if got := sysctl(n.Nodes[1], "net/ipv6/conf/all/forwarding"); got != "0" {
+		t.Errorf("%s: net/ipv6/conf/all/forwarding = %s, want 0", n.Nodes[1].Label, got)
+	}
+}

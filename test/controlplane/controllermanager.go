@@ -1,0 +1,213 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+)
+
+const (
+	// endpointSliceController is the name kube-controller-manager knows the EndpointSlice
+	// controller by in --controllers, and the name of its health check.
+	endpointSliceController = "endpointslice-controller"
+	// controllerManagerStopGrace bounds a hung shutdown; kube-controller-manager exits on
+	// SIGTERM at once.
+	controllerManagerStopGrace = 10 * time.Second
+)
+
+// errControlPlaneStopping is the error of StartControllerManager once Stop has begun.
+var errControlPlaneStopping = errors.New("start kube-controller-manager: the control plane is stopped")
+
+// ControllerManager is a real kube-controller-manager that runs only the EndpointSlice
+// controller, so that the EndpointSlices of Services with a selector follow their Pods as
+// in a cluster. Tests that have no kubelet play its part by writing the Pods' status.
+// Its methods are safe for concurrent use.
+type ControllerManager struct {
+	p        *process.Process
+	stopped  atomic.Bool // Stop was called, by the test or by the control plane's Stop
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// StartControllerManager starts kube-controller-manager against c with the EndpointSlice
+// controller alone, and returns once its /healthz passes and lists that controller. ctx
+// bounds only the start. It runs until its Stop, or until c stops, whichever comes first.
+// A missing binary gives an error wrapping ErrBinaryNotFound.
+//
+// It authenticates as user system:kube-controller-manager with a client certificate of
+// its own, and runs the controller with the credentials of the ServiceAccount
+// kube-system/endpointslice-controller (--use-service-account-credentials), so that
+// only kube-apiserver's bootstrap RBAC roles apply, as in a kubeadm cluster. Leader
+// election is off; it serves /healthz on a free loopback port with a self-signed
+// certificate it makes in memory.
+func (c *ControlPlane) StartControllerManager(ctx context.Context) (*ControllerManager, error) {
+	bin, err := Binary("kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	stopping := c.stopping
+	c.mu.Unlock()
+	if stopping {
+		return nil, errControlPlaneStopping
+	}
+	config, err := c.UserConfig("system:kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := os.CreateTemp(c.dir.path, "kube-controller-manager-*.kubeconfig")
+	if err != nil {
+		return nil, fmt.Errorf("create kube-controller-manager kubeconfig: %w", err)
+	}
+	kubeconfig.Close()
+	if err := writeKubeconfig(config, kubeconfig.Name()); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, defaultStartTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		m, err := c.startControllerManager(ctx, bin, kubeconfig.Name())
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
+			return nil, err
+		}
+	}
+}
+
+func (c *ControlPlane) startControllerManager(ctx context.Context, bin, kubeconfig string) (*ControllerManager, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	port := ports[0]
+	p, err := process.Start("kube-controller-manager", bin,
+		"--kubeconfig="+kubeconfig,
+		"--controllers="+endpointSliceController,
+		"--use-service-account-credentials=true",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--v=2",
+	)
+	if err != nil {
+		return nil, err
+	}
+	m := &ControllerManager{p: p}
+	if err := m.waitHealthy(ctx, "https://"+loopbackAddress(port)+"/healthz?verbose"); err != nil {
+		_ = p.Kill()
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping {
+		// Stop has begun and would not see this one: stop it here.
+		_ = m.Stop()
+		return nil, errControlPlaneStopping
+	}
+	c.controllerManagers = append(c.controllerManagers, m)
+	return m, nil
+}
+
+// waitHealthy waits until url, the verbose /healthz, passes with the EndpointSlice
+// controller's check among those it lists: the check is added once the controller is
+// built, so that is when the controller manager runs what it should.
+func (m *ControllerManager) waitHealthy(ctx context.Context, url string) error {
+	// The serving certificate is self-signed and made in memory: nothing to check it
+	// against. The request carries no credentials; /healthz is open to anyone.
+	client := &http.Client{
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true},
+		Timeout:   5 * time.Second,
+	}
+	var lastErr error
+	for {
+		lastErr = checkControllerManager(ctx, client, url)
+		if lastErr == nil {
+			return nil
+		}
+		select {
+		case <-m.p.Exited():
+			return startError(m.p, "kube-controller-manager exited before healthy: %s", exitStatus(m.p))
+		case <-ctx.Done():
+			return startError(m.p, "kube-controller-manager not healthy: %v (last check: %v)", context.Cause(ctx), lastErr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func checkControllerManager(ctx context.Context, client *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/healthz: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	if want := "[+]" + endpointSliceController + " ok"; !strings.Contains(string(body), want) {
+		return fmt.Errorf("/healthz does not list %q yet", want)
+	}
+	return nil
+}
+
+// Stop stops kube-controller-manager. It reports one that had to be killed or had exited
+// before, and returns the same answer if called again.
+func (m *ControllerManager) Stop() error {
+	m.stopped.Store(true)
+	m.stopOnce.Do(func() {
+		m.stopErr = m.p.Stop(controllerManagerStopGrace)
+	})
+	return m.stopErr
+}
+
+// Logs returns everything kube-controller-manager has printed so far.
+func (m *ControllerManager) Logs() string { return m.p.Logs() }
+
+// Pid returns the process ID of kube-controller-manager.
+func (m *ControllerManager) Pid() int { return m.p.Pid() }
+
+// KubeProxyConfig returns a new config that authenticates as user system:kube-proxy with
+// a client certificate, as kube-proxy does in a kubeadm cluster: kube-apiserver's
+// bootstrap ClusterRoleBinding system:node-proxier grants that user what kube-proxy
+// reads and writes.
+func (c *ControlPlane) KubeProxyConfig() (*rest.Config, error) {
+	return c.UserConfig("system:kube-proxy")
+}
+
+// writeKubeconfig writes cfg (server, CA and client certificate) as a kubeconfig file.
+func writeKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
