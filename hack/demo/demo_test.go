@@ -39,6 +39,8 @@ func TestDemo(t *testing.T) {
 		regexp.MustCompile(`SERVICE +KIND +ADDRESSES +ENDPOINTS ON +ANNOUNCER +WHY`),
 		regexp.MustCompile(`preferred +preferred-nodes: node3 +198\.18\.0\.\d+ +node1, node3 +node3 +node3 is the first eligible preferred node`),
 		regexp.MustCompile(`local +externalTrafficPolicy Local +198\.18\.0\.\d+ +node2 +node2 `),
+		// A Local Service keeps the client's address: the pod sees the client's own.
+		regexp.MustCompile(`the client \(198\.18\.0\.200\) asked 198\.18\.0\.\d+; pod local-node2 on node2 answered and saw the client address 198\.18\.0\.200\n`),
 		regexp.MustCompile(`198\.18\.0\.\d+ +\d+ requests answered before; after the link went down, answered again after \d+ms`),
 		regexp.MustCompile(`fd00:198:18::\S+ +\d+ requests answered before; after the link went down, answered again after \d+ms`),
 	} {

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -30,6 +29,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
 )
@@ -45,8 +45,11 @@ const plan = `cloud-provider-baremetal demo
 This creates, and removes again when it ends (also on Ctrl-C):
   - an etcd and a kube-apiserver listening on 127.0.0.1 (built by make tools),
   - network namespaces named bmt-<pid>-*: a bridge, three nodes and a client, with the
-    addresses 198.18.0.0/24 and fd00:198:18::/64 inside them only,
-  - three baremetal-agent processes (one per node) and one baremetal-ccm.
+    addresses 198.18.0.0/24 and fd00:198:18::/64 (the pods 198.19.0.0/16 and
+    fd00:198:19::/48) inside them only,
+  - a kube-proxy and a baremetal-agent on each node, pods (network namespaces with a
+    small server) on them, kube-controller-manager's EndpointSlice controller, and one
+    baremetal-ccm.
 It needs root for the namespaces. Nothing outside them is touched.
 `
 
@@ -97,7 +100,7 @@ type service struct {
 var services = []service{
 	{name: "web-v4", families: []corev1.IPFamily{corev1.IPv4Protocol}, endpoints: []string{"node1", "node2"}, why: "IPv4"},
 	{name: "web-v6", families: []corev1.IPFamily{corev1.IPv6Protocol}, endpoints: []string{"node2", "node3"}, why: "IPv6"},
-	{name: "web-dual", families: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}, endpoints: []string{"node1", "node2", "node3"}, why: "dual-stack"},
+	{name: "web-dual", families: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}, local: true, endpoints: []string{"node1", "node2", "node3"}, why: "dual-stack, Local"},
 	{name: "shared-http", families: []corev1.IPFamily{corev1.IPv4Protocol}, shared: "demo", port: 80, endpoints: []string{"node3"}, why: "one address, two Services"},
 	{name: "shared-https", families: []corev1.IPFamily{corev1.IPv4Protocol}, shared: "demo", port: 443, endpoints: []string{"node3", "node3"}, why: "one address, two Services"},
 	{name: "local", families: []corev1.IPFamily{corev1.IPv4Protocol}, local: true, endpoints: []string{"node2"}, why: "externalTrafficPolicy Local"},
@@ -147,21 +150,10 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Every node accepts the Services' traffic, as kube-proxy would make it.
-	local := map[netip.Addr]bool{}
-	for _, as := range addrs {
-		for _, a := range as {
-			local[a] = true
-		}
-	}
-	for _, h := range tb.Net.Nodes {
-		for a := range local {
-			if err := h.AddLocal(a); err != nil {
-				return err
-			}
-		}
-	}
 	if err := printTable(ctx, tb, addrs); err != nil {
+		return err
+	}
+	if err := clientAddress(ctx, tb, addrs["local"][0]); err != nil {
 		return err
 	}
 	return failover(ctx, tb, addrs["web-dual"])
@@ -174,21 +166,22 @@ func create(ctx context.Context, tb *testbed.Cluster, s service) error {
 	if port == 0 {
 		port = testbed.ServicePort
 	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: namespace, Annotations: map[string]string{}},
-		Spec: corev1.ServiceSpec{
-			Type:                          corev1.ServiceTypeLoadBalancer,
-			AllocateLoadBalancerNodePorts: ptr.To(false),
-			IPFamilies:                    s.families,
-			IPFamilyPolicy:                ptr.To(corev1.IPFamilyPolicySingleStack),
-			Ports:                         []corev1.ServicePort{{Port: port}},
-		},
+	var nodes []*netns.Host
+	for _, n := range s.endpoints {
+		nodes = append(nodes, tb.Node(n))
 	}
+	if _, err := tb.Serve(ctx, namespace, s.name, nodes...); err != nil {
+		return err
+	}
+	svc := testbed.ServiceFor(namespace, s.name, s.name)
+	svc.Spec.Ports[0].Port = port
+	svc.Spec.IPFamilies = s.families
+	svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
 	if len(s.families) == 2 {
 		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
 	}
-	if s.local {
-		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	if !s.local {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 	}
 	if s.shared != "" {
 		svc.Annotations[annotation.AllowSharedIP] = s.shared
@@ -196,23 +189,30 @@ func create(ctx context.Context, tb *testbed.Cluster, s service) error {
 	if s.preferred != "" {
 		svc.Annotations[annotation.PreferredNodes] = s.preferred
 	}
-	if _, err := tb.Admin.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: s.name, Namespace: namespace, Labels: map[string]string{discoveryv1.LabelServiceName: s.name}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To(port)}},
-	}
-	for i, node := range s.endpoints {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{fmt.Sprintf("10.244.%d.%d", i, 10+len(slice.Endpoints))},
-			NodeName:   ptr.To(node),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-		})
-	}
-	_, err := tb.Admin.DiscoveryV1().EndpointSlices(namespace).Create(ctx, slice, metav1.CreateOptions{})
+	_, err := tb.Admin.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{})
 	return err
+}
+
+// clientAddress asks the Local Service from the client and prints what its pod saw: the
+// client's own address, which a Local Service keeps.
+func clientAddress(ctx context.Context, tb *testbed.Cluster, addr netip.Addr) error {
+	step("What a pod of a Local Service sees of its client")
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var answer traffic.Answer
+	var err error
+	for {
+		// kube-proxy on the announcer may not have the Service's rules yet.
+		if answer, err = traffic.Ask(ctx, tb.Net.Client.Dial, netip.AddrPortFrom(addr, testbed.ServicePort)); err == nil {
+			break
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return fmt.Errorf("ask %s: %w", addr, err)
+		}
+	}
+	fmt.Printf("  the client (%s) asked %s; pod %s on %s answered and saw the client address %s\n",
+		tb.Net.Client.IPv4, addr, answer.Pod, answer.Node, answer.Client)
+	return nil
 }
 
 // waitAnnounced waits until every Service has its addresses and an announcer, and returns

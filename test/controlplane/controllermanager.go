@@ -211,3 +211,24 @@ func writeKubeconfig(cfg *rest.Config, path string) error {
 	}
 	return nil
 }
+
+// ControllerManager returns the controller manager that StartControllerManager started on
+// c and that still runs, or starts one. Testbeds built one after another on a shared
+// control plane use it, so that one EndpointSlice controller serves them all: two would
+// both write the slices of every Service.
+func (c *ControlPlane) ControllerManager(ctx context.Context) (*ControllerManager, error) {
+	c.mu.Lock()
+	for _, m := range c.controllerManagers {
+		select {
+		case <-m.p.Exited():
+			continue
+		default:
+		}
+		if !m.stopped.Load() {
+			c.mu.Unlock()
+			return m, nil
+		}
+	}
+	c.mu.Unlock()
+	return c.StartControllerManager(ctx)
+}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
@@ -188,8 +187,8 @@ func benchManyServices(b *testing.B) []row {
 	}
 }
 
-// createBulk creates bulkServices IPv4 Services that prefer node, and returns the
-// addresses of a sample of them, accepted by every node as kube-proxy would.
+// createBulk creates bulkServices IPv4 Services that prefer node, all for one pod on each
+// node, and returns the addresses of a sample of them.
 func (c *cluster) createBulk(b *testing.B, node string) []netip.Addr {
 	cfg := rest.CopyConfig(c.ControlPlane.AdminConfig())
 	cfg.QPS, cfg.Burst = 2000, 2000
@@ -199,19 +198,15 @@ func (c *cluster) createBulk(b *testing.B, node string) []netip.Addr {
 	if err != nil {
 		b.Fatal(err)
 	}
+	c.serve(b, ns.Name, "bulk")
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
 	for range 32 {
 		wg.Go(func() {
 			for i := next.Add(1); i <= int64(bulkServices); i = next.Add(1) {
-				svc := &corev1.Service{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bulk-%d", i), Namespace: ns.Name, Annotations: map[string]string{annotation.PreferredNodes: node}},
-					Spec: corev1.ServiceSpec{
-						Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
-						Ports: []corev1.ServicePort{{Port: servicePort}},
-					},
-				}
+				svc := testbed.ServiceFor(ns.Name, fmt.Sprintf("bulk-%d", i), "bulk")
+				svc.Annotations[annotation.PreferredNodes] = node
 				if _, err := client.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 					errs <- err
 					return
@@ -233,13 +228,6 @@ func (c *cluster) createBulk(b *testing.B, node string) []netip.Addr {
 				break
 			}
 			time.Sleep(time.Second) // allocation of thousands takes a while
-		}
-	}
-	for _, h := range c.Net.Nodes {
-		for _, a := range sample {
-			if err := h.AddLocal(a); err != nil {
-				b.Fatal(err)
-			}
 		}
 	}
 	return sample

@@ -39,20 +39,19 @@ func (c *cluster) startCCM(t testing.TB, extra ...string) *process.Process {
 func (c *cluster) createLBService(t testing.TB, name string, annotations ...string) (*corev1.Service, []netip.Addr) {
 	t.Helper()
 	ctx := context.Background()
-	ns, err := c.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := lbServiceSpec(name, ns.Name, corev1.IPv4Protocol, corev1.IPv6Protocol)
+	ns := c.namespace(t)
+	c.serve(t, ns, name)
+	svc := lbServiceSpec(name, ns, corev1.IPv4Protocol, corev1.IPv6Protocol)
 	for i := 0; i+1 < len(annotations); i += 2 {
 		svc.Annotations[annotations[i]] = annotations[i+1]
 	}
-	if _, err := c.Admin.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	svc, err := c.Admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	var addrs []netip.Addr
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if svc, err = c.Admin.CoreV1().Services(ns.Name).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		if svc, err = c.Admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return false, nil
 		}
 		addrs = addrs[:0]
@@ -62,35 +61,23 @@ func (c *cluster) createLBService(t testing.TB, name string, annotations ...stri
 		return len(addrs) == 2 && svc.Annotations[annotation.Announcer] != "" && svc.Annotations[annotation.Standbys] != "", nil
 	})
 	if err != nil {
-		t.Fatalf("Service %s/%s has no addresses and announcer: %v", ns.Name, name, svc.Status.LoadBalancer.Ingress)
-	}
-	for _, h := range c.Net.Nodes {
-		for _, a := range addrs {
-			if err := h.AddLocal(a); err != nil {
-				t.Fatal(err)
-			}
-		}
+		t.Fatalf("Service %s/%s has no addresses and announcer: %v", ns, name, svc.Status.LoadBalancer.Ingress)
 	}
 	return svc, addrs
 }
 
-// lbServiceSpec returns a LoadBalancer Service of pool e2e, of the families given:
-// RequireDualStack with two.
+// lbServiceSpec returns a LoadBalancer Service of pool e2e for the pods of app name, of
+// the families given: RequireDualStack with two.
 func lbServiceSpec(name, namespace string, families ...corev1.IPFamily) *corev1.Service {
 	policy := corev1.IPFamilyPolicySingleStack
 	if len(families) > 1 {
 		policy = corev1.IPFamilyPolicyRequireDualStack
 	}
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: map[string]string{annotation.Pool: "e2e"}},
-		Spec: corev1.ServiceSpec{
-			Type:                          corev1.ServiceTypeLoadBalancer,
-			AllocateLoadBalancerNodePorts: ptr.To(false),
-			IPFamilyPolicy:                ptr.To(policy),
-			IPFamilies:                    families,
-			Ports:                         []corev1.ServicePort{{Port: servicePort}},
-		},
-	}
+	svc := testbed.ServiceFor(namespace, name, name)
+	svc.Annotations[annotation.Pool] = "e2e"
+	svc.Spec.IPFamilyPolicy = ptr.To(policy)
+	svc.Spec.IPFamilies = families
+	return svc
 }
 
 // announcer returns the Service's announcer annotation now.

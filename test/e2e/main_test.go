@@ -26,7 +26,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTests(m))
+	// Every Service of the tests is externalTrafficPolicy Local, which takes a health
+	// check node port: the default range has 2,768, the failover benchmark makes 5,000.
+	os.Exit(controlplane.RunTests(m, controlplane.WithAPIServerFlag("service-node-port-range", "20000-32767")))
 }
 
 // cloudConfig has one pool inside the test network, so that the nodes' eth0 is the
@@ -41,7 +43,7 @@ pools:
   autoAssign: false
 `
 
-// servicePort is where every node's server listens.
+// servicePort is where the pods of every Service listen.
 const servicePort = testbed.ServicePort
 
 // cluster is a test's testbed, with the helpers tests share.
@@ -121,42 +123,45 @@ func (c *cluster) metric(t testing.TB, h *netns.Host, sample string) string {
 	return ""
 }
 
-// createService creates a LoadBalancer Service and gives it addresses, as the ccm would.
+// createService creates a LoadBalancer Service with a pod on every node and gives it
+// addresses, as the ccm would.
 func (c *cluster) createService(t testing.TB, name string, ips ...netip.Addr) *corev1.Service {
 	t.Helper()
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
-	ns, err := c.Admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	ns := c.namespace(t)
+	c.serve(t, ns, name)
+	svc := testbed.ServiceFor(ns, name, name)
+	svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
+	svc, err := c.Admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name},
-		Spec: corev1.ServiceSpec{
-			Type:                          corev1.ServiceTypeLoadBalancer,
-			AllocateLoadBalancerNodePorts: ptr.To(false),
-			IPFamilyPolicy:                ptr.To(corev1.IPFamilyPolicyPreferDualStack),
-			Ports:                         []corev1.ServicePort{{Port: servicePort}},
-		},
-	}
-	if svc, err = c.Admin.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, ip := range ips {
 		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
 	}
-	if svc, err = c.Admin.CoreV1().Services(ns.Name).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+	if svc, err = c.Admin.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Every node accepts the Service's traffic, like kube-proxy would.
-	for _, h := range c.Net.Nodes {
-		for _, ip := range ips {
-			if err := h.AddLocal(ip); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	return svc
+}
+
+// namespace creates a namespace of its own for a test's Service.
+func (c *cluster) namespace(t testing.TB) string {
+	t.Helper()
+	ns, err := c.Admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// serve puts a pod of app on each of nodes, every node when none is given: the Service's
+// traffic reaches them through the announcer's kube-proxy.
+func (c *cluster) serve(t testing.TB, namespace, app string, nodes ...*netns.Host) {
+	t.Helper()
+	if _, err := c.Serve(context.Background(), namespace, app, nodes...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // setAnnouncer writes the announcer annotation as the ccm does, and returns when the API

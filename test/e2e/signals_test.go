@@ -147,33 +147,27 @@ func TestAgentCutOffFromAPIServer(t *testing.T) {
 func (c *cluster) createFamilyService(t testing.TB, name string, f corev1.IPFamily, node string, annotations ...string) (*corev1.Service, netip.Addr) {
 	t.Helper()
 	ctx := context.Background()
-	ns, err := c.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := lbServiceSpec(name, ns.Name, f)
+	ns := c.namespace(t)
+	c.serve(t, ns, name)
+	svc := lbServiceSpec(name, ns, f)
 	svc.Annotations[annotation.PreferredNodes] = node
 	for i := 0; i+1 < len(annotations); i += 2 {
 		svc.Annotations[annotations[i]] = annotations[i+1]
 	}
-	if _, err := c.Admin.CoreV1().Services(ns.Name).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	svc, err := c.Admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	var addr netip.Addr
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if svc, err = c.Admin.CoreV1().Services(ns.Name).Get(ctx, name, metav1.GetOptions{}); err != nil || len(svc.Status.LoadBalancer.Ingress) != 1 {
+		if svc, err = c.Admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); err != nil || len(svc.Status.LoadBalancer.Ingress) != 1 {
 			return false, nil
 		}
 		addr = netip.MustParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
 		return svc.Annotations[annotation.Announcer] == node, nil
 	})
 	if err != nil {
-		t.Fatalf("Service %s/%s has no address announced by %s: %v", ns.Name, name, node, svc.Status.LoadBalancer.Ingress)
-	}
-	for _, h := range c.Net.Nodes {
-		if err := h.AddLocal(addr); err != nil {
-			t.Fatal(err)
-		}
+		t.Fatalf("Service %s/%s has no address announced by %s: %v", ns, name, node, svc.Status.LoadBalancer.Ingress)
 	}
 	return svc, addr
 }

@@ -1,8 +1,11 @@
 // Package testbed assembles the whole product on one machine: a network of node
-// namespaces (package netns) registered as Nodes of a real control plane, each running a
-// server that names its node and the real baremetal-agent, and the real baremetal-ccm in
-// the bridge's namespace. The end-to-end tests, the failover benchmark and `make demo`
-// are built on it. It needs root.
+// namespaces (package netns) registered as Nodes of a real control plane, each running the
+// real kube-proxy and the real baremetal-agent, pods (package pods) that Serve puts on
+// them, the real EndpointSlice controller of kube-controller-manager, and the real
+// baremetal-ccm in the bridge's namespace. A Service's traffic takes the path it takes in
+// a cluster: the client resolves the address to the announcer's MAC, the announcer's
+// kube-proxy hands it to a pod. The end-to-end tests, the failover benchmark and
+// `make demo` are built on it. It needs root.
 package testbed
 
 import (
@@ -25,20 +28,27 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/kubeproxy"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/pods"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
 )
 
-// ServicePort is where every node's server listens, standing in for kube-proxy handing a
-// Service's traffic to a pod on the node.
+// ServicePort is where the pods of Serve listen, and the port of the Services the tests
+// make for them.
 const ServicePort = 8080
+
+// AppLabel is the label Serve gives its pods, with the app's name: a Service selects them
+// by it.
+const AppLabel = "app.kubernetes.io/name"
 
 // agentMetrics is the agents' metrics address, on each node's own loopback.
 const agentMetrics = "127.0.0.1:7475"
@@ -62,11 +72,14 @@ type Cluster struct {
 	apiServerName   string         // the name in its serving certificate
 	agentKubeconfig string
 	agentBinary     string
+	proxyKubeconfig string
 
-	mu        sync.Mutex
-	images    *Images
-	agents    map[string]*process.Process
-	processes []*process.Process
+	mu          sync.Mutex
+	images      *Images
+	agents      map[string]*process.Process
+	kubeProxies map[string]*kubeproxy.KubeProxy
+	pods        []*pods.Pod
+	processes   []*process.Process
 	// statusHosts are the namespaces a ccm was started in, for Status.
 	statusHosts []*netns.Host
 	closers     []func() error
@@ -81,7 +94,7 @@ func New(ctx context.Context, cp *controlplane.ControlPlane, n int, cloudConfig,
 // NewWithImages is New with the agents, and the ccm once started, run from images when
 // images is not nil.
 func NewWithImages(ctx context.Context, cp *controlplane.ControlPlane, n int, cloudConfig, dir string, images *Images) (_ *Cluster, err error) {
-	c := &Cluster{ControlPlane: cp, dir: dir, agents: map[string]*process.Process{}, images: images}
+	c := &Cluster{ControlPlane: cp, dir: dir, agents: map[string]*process.Process{}, kubeProxies: map[string]*kubeproxy.KubeProxy{}, images: images}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -118,6 +131,17 @@ func NewWithImages(ctx context.Context, cp *controlplane.ControlPlane, n int, cl
 	if c.agentKubeconfig, err = c.kubeconfig(sa, "agent"); err != nil {
 		return nil, err
 	}
+	proxy, err := cp.KubeProxyConfig()
+	if err != nil {
+		return nil, err
+	}
+	if c.proxyKubeconfig, err = c.kubeconfig(proxy, "kube-proxy"); err != nil {
+		return nil, err
+	}
+	// The EndpointSlices of the Services follow the pods of Serve, as in a cluster.
+	if _, err := cp.ControllerManager(ctx); err != nil {
+		return nil, fmt.Errorf("start the EndpointSlice controller: %w", err)
+	}
 	c.Config = filepath.Join(dir, "cloud-config.yaml")
 	if err := os.WriteFile(c.Config, []byte(cloudConfig), 0o644); err != nil {
 		return nil, err
@@ -136,6 +160,8 @@ func NewWithImages(ctx context.Context, cp *controlplane.ControlPlane, n int, cl
 			return nil, err
 		}
 	}
+	// Run first: pods go before their namespaces and Nodes do.
+	c.closers = append(c.closers, c.deletePods)
 	for _, h := range c.Net.Nodes {
 		if err := c.WaitAgentReady(ctx, h); err != nil {
 			return nil, err
@@ -144,8 +170,9 @@ func NewWithImages(ctx context.Context, cp *controlplane.ControlPlane, n int, cl
 	return c, nil
 }
 
-// addNode registers h as a Node, with its address as the InternalIP the ccm probes, and
-// runs its server.
+// addNode registers h as a Node, with its IPv4 address first, the InternalIP the ccm
+// probes, and its IPv6 address, which kube-proxy takes for its node address of that
+// family; and runs kube-proxy on it.
 func (c *Cluster) addNode(ctx context.Context, h *netns.Host) error {
 	node, err := c.Admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Label}}, metav1.CreateOptions{})
 	if err != nil {
@@ -158,17 +185,100 @@ func (c *Cluster) addNode(ctx context.Context, h *netns.Host) error {
 		c.Admin.CoreV1().Nodes().Delete(ctx, h.Label, metav1.DeleteOptions{})
 		return nil
 	})
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.IPv4.String()}}
+	node.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: h.IPv4.String()},
+		{Type: corev1.NodeInternalIP, Address: h.IPv6.String()},
+	}
 	if _, err := c.Admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	l, err := h.Listen("tcp", fmt.Sprintf(":%d", ServicePort))
+	kp, err := kubeproxy.Start(ctx, h, kubeproxy.Config{
+		NodeName:     h.Label,
+		Kubeconfig:   c.proxyKubeconfig,
+		ClusterCIDRs: []netip.Prefix{c.Net.PodSubnet4, c.Net.PodSubnet6},
+		Dir:          c.dir,
+	})
 	if err != nil {
 		return err
 	}
-	c.closers = append(c.closers, l.Close)
-	go traffic.Serve(l, h.Label)
+	c.mu.Lock()
+	c.kubeProxies[h.Label] = kp
+	c.mu.Unlock()
+	c.closers = append(c.closers, kp.Stop)
 	return nil
+}
+
+// KubeProxy returns the kube-proxy of a node.
+func (c *Cluster) KubeProxy(node string) *kubeproxy.KubeProxy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.kubeProxies[node]
+}
+
+// Serve puts a pod of app in namespace on each of nodes (every node when none is given;
+// a node named twice gets two), named app-<node>[-<n>], labelled AppLabel=app and serving on ServicePort: it answers each
+// connection with its name, its node and the client address it saw. The pods are ready;
+// Close deletes them.
+func (c *Cluster) Serve(ctx context.Context, namespace, app string, nodes ...*netns.Host) ([]*pods.Pod, error) {
+	if len(nodes) == 0 {
+		nodes = c.Net.Nodes
+	}
+	var made []*pods.Pod
+	seen := map[*netns.Host]int{}
+	for _, h := range nodes {
+		name := app + "-" + h.Label
+		if seen[h]++; seen[h] > 1 {
+			name += fmt.Sprintf("-%d", seen[h])
+		}
+		p, err := pods.Create(ctx, c.Admin, c.Net, h, pods.Spec{
+			Namespace: namespace, Name: name,
+			Labels: map[string]string{AppLabel: app}, Port: ServicePort,
+		})
+		if err != nil {
+			return made, err
+		}
+		c.mu.Lock()
+		c.pods = append(c.pods, p)
+		c.mu.Unlock()
+		made = append(made, p)
+	}
+	return made, nil
+}
+
+// ServiceFor returns a Service of type LoadBalancer, ready to create, that selects the
+// pods of app: port ServicePort, externalTrafficPolicy Local (so that the pod that
+// answers is on the announcer, and sees the client's own address), no node ports.
+func ServiceFor(namespace, name, app string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: map[string]string{}},
+		Spec: corev1.ServiceSpec{
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			ExternalTrafficPolicy:         corev1.ServiceExternalTrafficPolicyLocal,
+			Selector:                      map[string]string{AppLabel: app},
+			Ports:                         []corev1.ServicePort{{Port: ServicePort, TargetPort: intstr.FromInt32(ServicePort)}},
+		},
+	}
+}
+
+// deletePods deletes the pods of Serve. Only a pod namespace left behind is an error: a
+// control plane stopped by a test keeps its Pod objects, which go with it.
+func (c *Cluster) deletePods() error {
+	c.mu.Lock()
+	made := c.pods
+	c.pods = nil
+	c.mu.Unlock()
+	var errs []error
+	for _, p := range made {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := p.Delete(ctx); err != nil {
+			if _, statErr := os.Stat(p.Host.Path()); statErr == nil {
+				errs = append(errs, err)
+			}
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
 }
 
 // kubeconfig writes a kubeconfig for cfg that reaches the API server through the bridge.
