@@ -214,6 +214,7 @@ func run(ctx context.Context, o options) error {
 	case s := <-signals:
 		klog.InfoS("Draining: still answering while Services name this node", "signal", s, "node", o.nodeName, "services", watcher.Named(), "gracePeriod", o.shutdownGrace)
 		responder.SetState(probe.Draining)
+		sp.Drain()
 		drain(watcher, o.shutdownGrace, signals)
 	}
 	stopRunning()

@@ -181,15 +181,32 @@ func (h *refreshHeap) Pop() any {
 
 // SetRefresh makes d the time between two announcements of every address the node
 // announces, after the announcements that follow gaining it; 0 turns them off. Until it
-// is called there are none.
+// is called there are none, and after Drain there are none again.
 func (s *Speaker) SetRefresh(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if d == s.refreshes.interval {
+	if s.draining || d == s.refreshes.interval {
 		return
 	}
 	klog.InfoS("Announcement refresh", "interval", d, "off", d <= 0)
 	s.changeRefreshes(func(now time.Time) { s.refreshes.setInterval(d, now) })
+}
+
+// Drain stops the refreshes for good, as the agent drains: its addresses are about to
+// move, and a refresh sent in the moment between a move and this agent learning of it
+// would draw clients back from the new announcer. Addresses gained meanwhile are still
+// announced when gained.
+func (s *Speaker) Drain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return
+	}
+	s.draining = true
+	if s.refreshes.interval > 0 {
+		klog.V(2).InfoS("Draining: no more announcement refreshes")
+	}
+	s.refreshes.setInterval(0, time.Now())
 }
 
 // changeRefreshes applies change to the schedule, and wakes the refresh loop if a refresh

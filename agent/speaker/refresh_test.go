@@ -249,3 +249,20 @@ func TestScheduleRefreshesLingeringNever(t *testing.T) {
 		t.Errorf("refresh turned off, next at %v", next)
 	}
 }
+
+// TestDrainStopsRefreshes checks that a draining speaker refreshes nothing, even when a
+// reloaded cloud-config sets an interval again.
+func TestDrainStopsRefreshes(t *testing.T) {
+	s := New(Options{})
+	s.SetRefresh(time.Second)
+	s.mu.Lock()
+	s.refreshes.keep(target{"eth0", addrN(1)}, time.Now())
+	s.mu.Unlock()
+	s.Drain()
+	s.SetRefresh(2 * time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if next, ok := s.refreshes.next(); ok {
+		t.Errorf("draining, next refresh at %v", next)
+	}
+}

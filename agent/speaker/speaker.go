@@ -77,9 +77,10 @@ type Speaker struct {
 	pools      []config.Pool
 	unable     []probe.Unable // as last told
 	// refreshes says when each announced address is announced again; refreshWake wakes
-	// the loop that sends them when one comes due sooner.
+	// the loop that sends them when one comes due sooner. None while draining.
 	refreshes   *schedule
 	refreshWake chan struct{}
+	draining    bool
 }
 
 type responder struct {
