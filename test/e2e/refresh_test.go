@@ -149,6 +149,9 @@ func TestAnnouncementRefresh(t *testing.T) {
 	c := newCluster(t, 2)
 	node1, node2 := c.Net.Nodes[0], c.Net.Nodes[1]
 	const interval = time.Second
+	// How far a refresh may be seen from its time: the agent's and this test's goroutines
+	// wait for a busy machine's cores.
+	const slack = 2 * interval / 5
 	const refreshes = 3
 	const burst = 4 // announcements on gaining an address: at 0, 0.5, 1 and 2 s
 
@@ -170,7 +173,7 @@ func TestAnnouncementRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return c.metric(t, node1, `baremetal_cloud_config_reloads_total{result="applied"}`) == "1", nil
+		return c.metricValue(t, node1, `baremetal_cloud_config_reloads_total{result="applied"}`) >= 1, nil
 	})
 	if err != nil {
 		t.Fatal("node1's agent did not reload the cloud-config")
@@ -195,11 +198,11 @@ func TestAnnouncementRefresh(t *testing.T) {
 		got := wire.of(addr, node1.MAC)
 		t.Logf("%s announced by node1 at %v", addr, offsets(got))
 		// The first refresh comes after the burst, within an interval of its end.
-		if gap := got[burst].Sub(got[burst-1]); gap <= 0 || gap > interval+interval/4 {
+		if gap := got[burst].Sub(got[burst-1]); gap <= 0 || gap > interval+slack {
 			t.Errorf("%s: first refresh %v after the last announcement of the burst, want at most about %v", addr, gap, interval)
 		}
 		for i := burst + 1; i < len(got); i++ {
-			if gap := got[i].Sub(got[i-1]); gap < interval*3/4 || gap > interval*5/4 {
+			if gap := got[i].Sub(got[i-1]); gap < interval-slack || gap > interval+slack {
 				t.Errorf("%s: refreshes %d and %d %v apart, want about %v", addr, i-burst, i-burst+1, gap, interval)
 			}
 		}
