@@ -64,8 +64,9 @@ func main() {
 		Short: "Answer ARP and NDP for the Service addresses this node announces",
 		Long: `baremetal-agent runs on every node (a DaemonSet with host networking and CAP_NET_RAW).
 It answers ARP (IPv4) and NDP (IPv6) for the addresses of the Services whose
-lb.baremetal.io/announcer annotation names its node, announces them when it gains them,
-and answers the ccm's health probes.`,
+lb.baremetal.io/announcer annotation names its node, announces them when it gains them
+and then once per announcements.refreshInterval of the cloud-config, and answers the
+ccm's health probes.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()
@@ -162,6 +163,7 @@ func run(ctx context.Context, o options) error {
 		Unable:   responder.SetUnable,
 	})
 	sp.SetPools(cfg.Pools)
+	sp.SetRefresh(cfg.Announcements.RefreshInterval)
 	watcher, err = servicewatch.New(o.nodeName, cfg, factory, nodes, sp, standbys, recorder)
 	if err != nil {
 		return err
@@ -187,10 +189,12 @@ func run(ctx context.Context, o options) error {
 		klog.ErrorS(err, "Health responder stopped")
 		h.probeStopped(time.Now(), err)
 	}()
-	// A pool removed from the file stops being announced without a restart.
+	// A pool removed from the file stops being announced without a restart, and a new
+	// refresh interval takes effect at once.
 	go config.Watch(runCtx, o.cloudConfig, o.configReload, cfg, func(cfg *config.Config) {
 		watcher.SetConfig(cfg)
 		sp.SetPools(cfg.Pools)
+		sp.SetRefresh(cfg.Announcements.RefreshInterval)
 	})
 	speakerDone := make(chan error, 1)
 	go func() { speakerDone <- sp.Run(runCtx) }()
@@ -210,6 +214,7 @@ func run(ctx context.Context, o options) error {
 	case s := <-signals:
 		klog.InfoS("Draining: still answering while Services name this node", "signal", s, "node", o.nodeName, "services", watcher.Named(), "gracePeriod", o.shutdownGrace)
 		responder.SetState(probe.Draining)
+		sp.Drain()
 		drain(watcher, o.shutdownGrace, signals)
 	}
 	stopRunning()

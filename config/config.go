@@ -1,6 +1,7 @@
 // Package config reads the cloud-config: the pools of addresses the cloud-controller-manager
-// gives to LoadBalancer Services, and how the node agents watch each other to fail over.
-// The controller and the agent read the same file, so they always agree on the pools.
+// gives to LoadBalancer Services, how the node agents watch each other to fail over, and
+// how often they announce their addresses again. The controller and the agent read the
+// same file, so they always agree on the pools.
 //
 // The file is YAML, read strictly: unknown fields, wrong types and bad values are all
 // reported at once, each with its line, so that an operator can fix a file in one go
@@ -27,6 +28,8 @@ type Config struct {
 	Pools []Pool
 	// Failover holds the defaults for what the file leaves out.
 	Failover Failover
+	// Announcements holds the defaults for what the file leaves out.
+	Announcements Announcements
 
 	// digest is the SHA-256 of the bytes the config was parsed from, so that Watch knows
 	// whether the file still holds this config.
@@ -89,6 +92,22 @@ var defaultFailover = Failover{
 	AgentPort:        7474,
 	IsolationShare:   DefaultIsolationShare,
 }
+
+// Announcements tunes what the agents send, unasked, about the addresses they answer for.
+type Announcements struct {
+	// RefreshInterval is how often each address an agent announces is announced again,
+	// after the announcements that follow taking it: DefaultRefreshInterval unless set;
+	// 0 turns the refresh off. Some devices on the network forget an address, or the
+	// node's MAC, that nothing has told them about for a while, or missed the takeover.
+	RefreshInterval time.Duration
+}
+
+// DefaultRefreshInterval is the Announcements.RefreshInterval of a file that sets none:
+// several times within the 300 s switches keep a silent MAC, so that a lost frame or two
+// change nothing, at a cost of one frame a minute per address.
+const DefaultRefreshInterval = 60 * time.Second
+
+var defaultAnnouncements = Announcements{RefreshInterval: DefaultRefreshInterval}
 
 // DefaultIsolationShare is the IsolationShare of a file that sets none.
 const DefaultIsolationShare = 0.5

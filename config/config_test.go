@@ -46,6 +46,8 @@ failover:
   failureThreshold: 5
   agentPort: 9000
   isolationShare: 0.75
+announcements:
+  refreshInterval: 2m30s
 `
 
 func TestParseFull(t *testing.T) {
@@ -72,6 +74,9 @@ func TestParseFull(t *testing.T) {
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
+	if want := (Announcements{RefreshInterval: 150 * time.Second}); cfg.Announcements != want {
+		t.Errorf("announcements: got %+v, want %+v", cfg.Announcements, want)
+	}
 }
 
 func TestParseDefaults(t *testing.T) {
@@ -91,6 +96,58 @@ func TestParseDefaults(t *testing.T) {
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
+	if want := (Announcements{RefreshInterval: time.Minute}); cfg.Announcements != want {
+		t.Errorf("announcements: got %+v, want %+v", cfg.Announcements, want)
+	}
+}
+
+// TestParseRefreshInterval checks what announcements.refreshInterval takes: off, written
+// either way, and durations within its bounds.
+func TestParseRefreshInterval(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+	}{
+		{"off", 0},
+		{"0", 0},
+		{"0s", 0},
+		{`"0"`, 0},
+		{"1s", time.Second},
+		{"90s", 90 * time.Second},
+		{"5m", 5 * time.Minute},
+		{"1h", time.Hour},
+		{"", DefaultRefreshInterval}, // null: unset
+	} {
+		data := "pools:\n- {name: a, addresses: [198.51.100.0/24]}\nannouncements:\n  refreshInterval: " + tc.value + "\n"
+		cfg, err := Parse("cloud.yaml", []byte(data))
+		if err != nil {
+			t.Errorf("refreshInterval: %s: %v", tc.value, err)
+			continue
+		}
+		if got := cfg.Announcements.RefreshInterval; got != tc.want {
+			t.Errorf("refreshInterval: %s = %v, want %v", tc.value, got, tc.want)
+		}
+	}
+
+	// Each refused with its line, the field and the value as written.
+	for value, shown := range map[string]string{
+		"-5s":    `"-5s"`,
+		"500ms":  `"500ms"`,
+		"2h":     `"2h"`,
+		"60":     `60`,
+		"never":  `"never"`,
+		"false":  `false`,
+		"Off":    `"Off"`,
+		"[1s]":   `a list`,
+		"{s: 1}": `a mapping`,
+	} {
+		data := "pools:\n- {name: a, addresses: [198.51.100.0/24]}\nannouncements:\n  refreshInterval: " + value + "\n"
+		_, err := Parse("cloud.yaml", []byte(data))
+		want := problemList([]string{`cloud.yaml:4: announcements.refreshInterval: must be off (or 0), or a duration from 1s to 1h, such as "60s", not ` + shown})
+		if got := errString(err); got != want {
+			t.Errorf("refreshInterval: %s:\n got %s\nwant %s", value, got, want)
+		}
+	}
 }
 
 func TestParseNullMeansUnset(t *testing.T) {
@@ -102,6 +159,7 @@ func TestParseNullMeansUnset(t *testing.T) {
   serviceSelector: {}
   nodeSelector: null
 failover:
+announcements: {refreshInterval: ~}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +171,9 @@ failover:
 	if cfg.Failover != defaultFailover {
 		t.Errorf("failover: got %+v, want the defaults %+v", cfg.Failover, defaultFailover)
 	}
+	if cfg.Announcements != defaultAnnouncements {
+		t.Errorf("announcements: got %+v, want the defaults %+v", cfg.Announcements, defaultAnnouncements)
+	}
 }
 
 // The example shipped for operators must stay valid.
@@ -121,7 +182,7 @@ func TestExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Pools) != 2 || cfg.Pool("public") == nil || cfg.Failover != defaultFailover {
+	if len(cfg.Pools) != 2 || cfg.Pool("public") == nil || cfg.Failover != defaultFailover || cfg.Announcements != defaultAnnouncements {
 		t.Errorf("the example no longer shows what it should: %+v", cfg)
 	}
 }
@@ -184,7 +245,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "not a mapping",
 			yaml: "- name: a\n",
-			want: []string{`cloud.yaml:1: the cloud-config must be a mapping with the fields pools and failover, not a list`},
+			want: []string{`cloud.yaml:1: the cloud-config must be a mapping with the fields pools, failover and announcements, not a list`},
 		},
 		{
 			name: "two documents",
@@ -207,7 +268,7 @@ failover:
   interval: 1s
 `,
 			want: []string{
-				`cloud.yaml:1: unknown field "pool"; the fields here are pools, failover`,
+				`cloud.yaml:1: unknown field "pool"; the fields here are pools, failover, announcements`,
 				`cloud.yaml:4: pools[0]: unknown field "adresses"; the fields here are name, addresses, autoAssign, avoidBuggyIPs, namespaces, serviceSelector, nodeSelector, interfaces`,
 				`cloud.yaml:6: pools[0]: unknown field "autoassign"; did you mean "autoAssign"?`,
 				`cloud.yaml:8: pools[0].serviceSelector: unknown field "matchLabel"; the fields here are matchLabels, matchExpressions`,
@@ -510,6 +571,22 @@ failover:
 			},
 		},
 		{
+			name: "announcements out of range or of the wrong type",
+			yaml: `pools:
+- name: a
+  addresses: [198.51.100.0/24]
+announcements:
+  refreshInterval: -5s
+  refreshinterval: 60s
+  interval: 60s
+`,
+			want: []string{
+				`cloud.yaml:5: announcements.refreshInterval: must be off (or 0), or a duration from 1s to 1h, such as "60s", not "-5s"`,
+				`cloud.yaml:6: announcements: unknown field "refreshinterval"; did you mean "refreshInterval"?`,
+				`cloud.yaml:7: announcements: unknown field "interval"; the fields here are refreshInterval`,
+			},
+		},
+		{
 			name: "a value with a newline stays on one line",
 			yaml: "pools:\n- name: a\n  addresses: [\"fe80::1%a\\nb-fe80::2\"]\n",
 			want: []string{`cloud.yaml:3: pools[0].addresses[0]: invalid range fe80::1%a\nb-fe80::2: fe80::1%a\nb has a zone: a Service address cannot`},
@@ -735,6 +812,7 @@ func FuzzParse(f *testing.F) {
 		"pools:\n- {name: a, name: b, ? [x] : y}\n",
 		"pools: [\n",
 		"failover: {probeInterval: 1x, failureThreshold: 0x10, agentPort: 1_000}\n",
+		"announcements: {refreshInterval: off}\n",
 		"pools:\n- name: a\n  addresses: [1.2.3.4-1.2.3.4]\n  serviceSelector: {matchExpressions: [{key: a, operator: In, values: [b]}]}\n---\n",
 	} {
 		f.Add([]byte(seed))

@@ -21,11 +21,12 @@ import (
 // The fields of each mapping, in the order of the documentation, which is also the order
 // they are listed in when an unknown one is reported.
 var (
-	configFields      = []string{"pools", "failover"}
-	poolFields        = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "nodeSelector", "interfaces"}
-	selectorFields    = []string{"matchLabels", "matchExpressions"}
-	requirementFields = []string{"key", "operator", "values"}
-	failoverFields    = []string{"probeInterval", "failureThreshold", "agentPort", "isolationShare", "failback"}
+	configFields        = []string{"pools", "failover", "announcements"}
+	poolFields          = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "nodeSelector", "interfaces"}
+	selectorFields      = []string{"matchLabels", "matchExpressions"}
+	requirementFields   = []string{"key", "operator", "values"}
+	failoverFields      = []string{"probeInterval", "failureThreshold", "agentPort", "isolationShare", "failback"}
+	announcementsFields = []string{"refreshInterval"}
 )
 
 const dnsLabelRule = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
@@ -75,11 +76,11 @@ func (c *checker) document(data []byte) *Config {
 }
 
 func (c *checker) config(n *yaml.Node) *Config {
-	cfg := &Config{Failover: defaultFailover}
+	cfg := &Config{Failover: defaultFailover, Announcements: defaultAnnouncements}
 	var pools *yaml.Node
 	if !isNull(n) {
 		if n.Kind != yaml.MappingNode {
-			c.add(n.Line, "", "the cloud-config must be a mapping with the fields %s, not %s", strings.Join(configFields, " and "), describe(n))
+			c.add(n.Line, "", "the cloud-config must be a mapping with the fields %s and %s, not %s", strings.Join(configFields[:len(configFields)-1], ", "), configFields[len(configFields)-1], describe(n))
 			return nil
 		}
 		c.fields(n, "", configFields, func(field string, v *yaml.Node, path string) {
@@ -89,6 +90,8 @@ func (c *checker) config(n *yaml.Node) *Config {
 				c.pools(cfg, v, path)
 			case "failover":
 				cfg.Failover = c.failover(v, path)
+			case "announcements":
+				cfg.Announcements = c.announcements(v, path)
 			}
 		})
 	}
@@ -346,6 +349,32 @@ func (c *checker) failover(n *yaml.Node, path string) Failover {
 	return f
 }
 
+// Bounds of announcements.refreshInterval: more often than every second would only load
+// every host of the segment, and less often than hourly keeps nothing fresh.
+const (
+	minRefreshInterval = time.Second
+	maxRefreshInterval = time.Hour
+)
+
+func (c *checker) announcements(n *yaml.Node, path string) Announcements {
+	a := defaultAnnouncements
+	c.fields(n, path, announcementsFields, func(field string, v *yaml.Node, path string) {
+		switch field {
+		case "refreshInterval":
+			// off reads better than 0 for a switch turned off; both mean it.
+			if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "off" {
+				a.RefreshInterval = 0
+				return
+			}
+			const want = `off (or 0), or a duration from 1s to 1h, such as "60s"`
+			if d, ok := c.durationWant(v, path, want, minRefreshInterval, maxRefreshInterval, 0); ok {
+				a.RefreshInterval = d
+			}
+		}
+	})
+	return a
+}
+
 // fields hands set the value of each field written in the mapping n at path, and reports
 // whether n is a mapping. A field set to null counts as not written, as in Kubernetes
 // objects. known lists the fields there may be.
@@ -447,9 +476,15 @@ func (c *checker) share(n *yaml.Node, path string) (float64, bool) {
 }
 
 func (c *checker) duration(n *yaml.Node, path string, lo, hi time.Duration) (time.Duration, bool) {
+	return c.durationWant(n, path, fmt.Sprintf("a duration from %v to %v, such as \"100ms\"", lo, hi), lo, hi)
+}
+
+// durationWant reads a Go duration from lo to hi, or one of also, and reports any other
+// value as not being want.
+func (c *checker) durationWant(n *yaml.Node, path, want string, lo, hi time.Duration, also ...time.Duration) (time.Duration, bool) {
 	d, err := time.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil || d < lo || d > hi {
-		c.unexpected(n, path, fmt.Sprintf("a duration from %v to %v, such as \"100ms\"", lo, hi))
+	if n.Kind != yaml.ScalarNode || err != nil || (d < lo || d > hi) && !slices.Contains(also, d) {
+		c.unexpected(n, path, want)
 		return 0, false
 	}
 	return d, true

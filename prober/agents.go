@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
@@ -52,7 +53,7 @@ func (p *Prober) Agents() map[string]Agent {
 
 // socketOf spreads the agents over n sockets by a hash of the node's name.
 func socketOf(node string, n int) int {
-	return int(phaseOf(node, time.Duration(n)))
+	return int(cycle.Phase(node, time.Duration(n)))
 }
 
 // agentAddress returns where node's agent answers: its first InternalIP.

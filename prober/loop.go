@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
@@ -114,9 +115,9 @@ func (s *sched) close() {
 func (s *sched) add(a *agentProbe) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a.idx, a.phase = -1, phaseOf(a.node, s.cfg.ProbeInterval)
+	a.idx, a.phase = -1, cycle.Phase(a.node, s.cfg.ProbeInterval)
 	s.agents[a] = true
-	s.setDueLocked(a, nextSlot(s.epoch, time.Now(), a.phase, s.cfg.ProbeInterval))
+	s.setDueLocked(a, cycle.Next(s.epoch, time.Now(), a.phase, s.cfg.ProbeInterval))
 }
 
 // remove stops probing a. p.mu may be held: what the removal changes (the census it

@@ -2,8 +2,9 @@ package prober
 
 import (
 	"container/heap"
-	"hash/fnv"
 	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 )
 
 // maxBackoffIntervals caps the time between two attempts to probe an agent whose probes
@@ -41,25 +42,6 @@ type slot struct {
 	census bool
 	// removed says the agent is probed no more.
 	removed bool
-}
-
-// phaseOf spreads the agents over the interval by a hash of the node's name: stable across
-// restarts and leaders, and with no state to keep.
-func phaseOf(node string, interval time.Duration) time.Duration {
-	h := fnv.New64a()
-	h.Write([]byte(node))
-	return time.Duration(h.Sum64() % uint64(interval))
-}
-
-// nextSlot returns the first time not before after that is phase past epoch plus a whole
-// number of intervals: the agent's place in the probing cycle.
-func nextSlot(epoch, after time.Time, phase, interval time.Duration) time.Time {
-	d := after.Sub(epoch) - phase
-	k := d / interval
-	if d > k*interval {
-		k++
-	}
-	return epoch.Add(phase + k*interval)
 }
 
 // backoff returns the wait before the next attempt to probe an agent after errs attempts
@@ -135,7 +117,7 @@ func (s *sched) nextProbeLocked(a *agentProbe, now time.Time, sendErr bool) {
 	default:
 		// Back to the agent's place in the cycle, at least half an interval on, so that a
 		// probe answered after rapid ones is not followed by another at once.
-		next = nextSlot(s.epoch, a.sent.Add(s.cfg.ProbeInterval/2), a.phase, s.cfg.ProbeInterval)
+		next = cycle.Next(s.epoch, a.sent.Add(s.cfg.ProbeInterval/2), a.phase, s.cfg.ProbeInterval)
 	}
 	s.setDueLocked(a, later(next, now))
 }

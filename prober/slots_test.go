@@ -1,7 +1,6 @@
 package prober
 
 import (
-	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -9,47 +8,6 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
-
-func TestNextSlot(t *testing.T) {
-	epoch := time.Now()
-	const interval = 100 * time.Millisecond
-	for _, tc := range []struct {
-		after, phase, want time.Duration
-	}{
-		{0, 0, 0},
-		{1, 0, interval},
-		{0, 30 * time.Millisecond, 30 * time.Millisecond},
-		{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond},
-		{31 * time.Millisecond, 30 * time.Millisecond, 130 * time.Millisecond},
-		{250 * time.Millisecond, 30 * time.Millisecond, 330 * time.Millisecond},
-	} {
-		if got := nextSlot(epoch, epoch.Add(tc.after), tc.phase, interval).Sub(epoch); got != tc.want {
-			t.Errorf("nextSlot(+%v, phase %v) = +%v, want +%v", tc.after, tc.phase, got, tc.want)
-		}
-	}
-}
-
-// TestPhasesSpread checks that 5,000 nodes' probes are spread evenly over the interval:
-// no tenth of it holds more than a fifth above its share.
-func TestPhasesSpread(t *testing.T) {
-	const interval = 100 * time.Millisecond
-	var buckets [10]int
-	for i := range 5000 {
-		ph := phaseOf(fmt.Sprintf("node-%d", i), interval)
-		if ph < 0 || ph >= interval {
-			t.Fatalf("phase %v out of the interval", ph)
-		}
-		buckets[ph*10/interval]++
-	}
-	for i, n := range buckets {
-		if n < 400 || n > 600 {
-			t.Errorf("tenth %d of the interval holds %d of 5,000 probes, want about 500: %v", i, n, buckets)
-		}
-	}
-	if phaseOf("node-1", interval) != phaseOf("node-1", interval) {
-		t.Error("a node's phase changes")
-	}
-}
 
 func TestBackoff(t *testing.T) {
 	const interval = 100 * time.Millisecond

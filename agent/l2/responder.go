@@ -6,7 +6,7 @@
 // effect for the next frame read. Gaining an address is announced (gratuitous ARP,
 // unsolicited neighbour advertisement) with Announce, which the caller repeats: without an
 // announcement, a client keeps sending to the old owner until its neighbour entry times
-// out, tens of seconds.
+// out, tens of seconds. Reannounce sends the same later on, to keep the network told.
 package l2
 
 import (
@@ -33,8 +33,10 @@ type Stats struct {
 	Requests uint64
 	// Answered is the number of replies sent.
 	Answered uint64
-	// Gratuitous is the number of announcements sent.
+	// Gratuitous is the number of announcements sent with Announce.
 	Gratuitous uint64
+	// Refreshes is the number of announcements sent with Reannounce.
+	Refreshes uint64
 }
 
 // A Responder answers ARP or NDP on one interface for the addresses set with Set. Its
@@ -51,7 +53,7 @@ type Responder struct {
 	owned atomic.Pointer[map[netip.Addr]struct{}]
 	mu    sync.Mutex // serialises Set
 
-	requests, answered, gratuitous atomic.Uint64
+	requests, answered, gratuitous, refreshes atomic.Uint64
 }
 
 // ListenARP returns a Responder for the IPv4 addresses of interface ifi, owning none.
@@ -169,6 +171,16 @@ func (r *Responder) Owns(addr netip.Addr) bool {
 // Announce sends one announcement of addr: a gratuitous ARP request, or an unsolicited
 // neighbour advertisement to all nodes.
 func (r *Responder) Announce(addr netip.Addr) error {
+	return r.announce(addr, &r.gratuitous)
+}
+
+// Reannounce sends the announcement Announce sends, of an address owned for a while
+// already, and counts it apart: in Stats.Refreshes.
+func (r *Responder) Reannounce(addr netip.Addr) error {
+	return r.announce(addr, &r.refreshes)
+}
+
+func (r *Responder) announce(addr netip.Addr, sent *atomic.Uint64) error {
 	var frame []byte
 	var to net.HardwareAddr
 	if r.ipv6 {
@@ -179,7 +191,7 @@ func (r *Responder) Announce(addr netip.Addr) error {
 	if _, err := r.conn.WriteTo(frame, &packet.Addr{HardwareAddr: to}); err != nil {
 		return fmt.Errorf("announce %s on %s: %w", addr, r.ifi.Name, err)
 	}
-	r.gratuitous.Add(1)
+	sent.Add(1)
 	return nil
 }
 
@@ -220,7 +232,7 @@ func (r *Responder) Serve() error {
 
 // Stats returns what the Responder has done so far.
 func (r *Responder) Stats() Stats {
-	return Stats{Requests: r.requests.Load(), Answered: r.answered.Load(), Gratuitous: r.gratuitous.Load()}
+	return Stats{Requests: r.requests.Load(), Answered: r.answered.Load(), Gratuitous: r.gratuitous.Load(), Refreshes: r.refreshes.Load()}
 }
 
 // Close stops answering and releases the sockets; Serve then returns, and Owns reports

@@ -1,6 +1,7 @@
 // Package speaker makes a node announce the addresses it owns: it chooses the interfaces
 // for each address, keeps one l2.Responder per interface and family, announces every
-// address it gains, and follows interfaces as they come, go, and change.
+// address it gains and, once in a while, every address it keeps, and follows interfaces as
+// they come, go, and change.
 package speaker
 
 import (
@@ -75,6 +76,11 @@ type Speaker struct {
 	retired    [2]l2.Stats // counts of closed responders, per family
 	pools      []config.Pool
 	unable     []probe.Unable // as last told
+	// refreshes says when each announced address is announced again; refreshWake wakes
+	// the loop that sends them when one comes due sooner. None while draining.
+	refreshes   *schedule
+	refreshWake chan struct{}
+	draining    bool
 }
 
 type responder struct {
@@ -102,13 +108,15 @@ func New(opts Options) *Speaker {
 		opts.Announcements = DefaultAnnouncements
 	}
 	return &Speaker{
-		opts:       opts,
-		done:       make(chan struct{}),
-		subscribe:  subscribeNetlink,
-		readLinks:  readLinks,
-		resync:     resync,
-		responders: map[respKey]*responder{},
-		unplaced:   map[netip.Addr]bool{},
+		opts:        opts,
+		done:        make(chan struct{}),
+		subscribe:   subscribeNetlink,
+		readLinks:   readLinks,
+		resync:      resync,
+		responders:  map[respKey]*responder{},
+		unplaced:    map[netip.Addr]bool{},
+		refreshes:   newSchedule(time.Now()),
+		refreshWake: make(chan struct{}, 1),
 	}
 }
 
@@ -132,6 +140,13 @@ func (s *Speaker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Stopped before the responders close, so that no refresh goes to a closed socket.
+	refreshing := make(chan struct{})
+	go func() {
+		defer close(refreshing)
+		s.refreshLoop(ctx)
+	}()
+	defer func() { <-refreshing }()
 	defer func() {
 		if sub != nil {
 			sub.close()
@@ -262,6 +277,12 @@ func (s *Speaker) reconcile() {
 		return
 	default:
 	}
+	// Refreshes of a gained address wait for the end of its announcements.
+	var burst time.Duration
+	if len(s.opts.Announcements) > 0 {
+		burst = slices.Max(s.opts.Announcements)
+	}
+	quiet := time.Now().Add(burst)
 	byName := map[string]Link{}
 	for _, l := range s.links {
 		byName[l.Name] = l
@@ -318,16 +339,20 @@ func (s *Speaker) reconcile() {
 		if err != nil {
 			klog.ErrorS(err, "Cannot join the multicast groups of addresses", "interface", k.link)
 		}
+		isGained := make(map[netip.Addr]bool, len(gained))
 		for _, a := range gained {
+			isGained[a] = true
 			if lingering[a] {
 				continue
 			}
 			klog.V(2).InfoS("Announcing address", "address", a, "interface", k.link)
 			go s.announce(r, a)
 		}
+		s.scheduleRefreshes(k.link, addrs, isGained, lingering, quiet)
 		for _, a := range r.owned {
 			if !slices.Contains(addrs, a) {
 				klog.V(2).InfoS("Stopped announcing address", "address", a, "interface", k.link)
+				s.refreshes.drop(target{k.link, a})
 			}
 		}
 		r.owned = addrs
@@ -363,15 +388,12 @@ func (s *Speaker) closeResponder(k respKey) {
 	delete(s.responders, k)
 	for _, a := range r.owned {
 		klog.V(2).InfoS("Stopped announcing address", "address", a, "interface", k.link)
+		s.refreshes.drop(target{k.link, a})
 	}
 	if err := r.Close(); err != nil {
 		klog.ErrorS(err, "Closing a responder", "interface", k.link)
 	}
-	st := r.Stats()
-	f := family(k.ipv6)
-	s.retired[f].Requests += st.Requests
-	s.retired[f].Answered += st.Answered
-	s.retired[f].Gratuitous += st.Gratuitous
+	addStats(&s.retired[family(k.ipv6)], r.Stats())
 }
 
 // announce sends the announcements of a gained address, as long as r still owns it.

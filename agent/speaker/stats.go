@@ -4,6 +4,8 @@ import (
 	"net/netip"
 
 	"k8s.io/component-base/metrics"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
 )
 
 const (
@@ -26,8 +28,9 @@ type Stats struct {
 	Owned [2]int
 	// Unplaced is the number of addresses the node should announce but has no interface for.
 	Unplaced int
-	// Packets counts requests, answers and announcements, per family, since the start.
-	Packets [2]struct{ Requests, Answered, Gratuitous uint64 }
+	// Packets counts requests, answers, announcements and their refreshes, per family,
+	// since the start.
+	Packets [2]l2.Stats
 	// Resubscriptions counts the netlink subscriptions renewed after they failed.
 	Resubscriptions uint64
 }
@@ -40,23 +43,24 @@ func (s *Speaker) Stats() Stats {
 	st.Unplaced = len(s.unplaced)
 	st.Resubscriptions = s.resubscriptions.Load()
 	owned := [2]map[netip.Addr]bool{{}, {}}
-	for f := range st.Packets {
-		st.Packets[f].Requests = s.retired[f].Requests
-		st.Packets[f].Answered = s.retired[f].Answered
-		st.Packets[f].Gratuitous = s.retired[f].Gratuitous
-	}
+	st.Packets = s.retired
 	for k, r := range s.responders {
 		f := family(k.ipv6)
-		rs := r.Stats()
-		st.Packets[f].Requests += rs.Requests
-		st.Packets[f].Answered += rs.Answered
-		st.Packets[f].Gratuitous += rs.Gratuitous
+		addStats(&st.Packets[f], r.Stats())
 		for _, a := range r.owned {
 			owned[f][a] = true
 		}
 	}
 	st.Owned = [2]int{len(owned[ipv4]), len(owned[ipv6])}
 	return st
+}
+
+// addStats adds the counts of b to a.
+func addStats(a *l2.Stats, b l2.Stats) {
+	a.Requests += b.Requests
+	a.Answered += b.Answered
+	a.Gratuitous += b.Gratuitous
+	a.Refreshes += b.Refreshes
 }
 
 // Collector exposes a Speaker's Stats as metrics, read when scraped.
@@ -77,7 +81,10 @@ var (
 		"ARP replies and solicited neighbour advertisements sent, per family.",
 		[]string{"family"}, nil, metrics.ALPHA, "")
 	descGratuitous = metrics.NewDesc("baremetal_agent_announcements_total",
-		"Gratuitous ARP requests and unsolicited neighbour advertisements sent, per family.",
+		"Gratuitous ARP requests and unsolicited neighbour advertisements sent on gaining an address, per family; their periodic refreshes are counted in baremetal_agent_announcement_refreshes_total.",
+		[]string{"family"}, nil, metrics.ALPHA, "")
+	descRefreshes = metrics.NewDesc("baremetal_agent_announcement_refreshes_total",
+		"Gratuitous ARP requests and unsolicited neighbour advertisements sent again, once per announcements.refreshInterval, for addresses owned for a while, per family.",
 		[]string{"family"}, nil, metrics.ALPHA, "")
 	descOwned = metrics.NewDesc("baremetal_agent_owned_addresses",
 		"Addresses this node answers for, per family.",
@@ -92,7 +99,7 @@ var (
 
 // DescribeWithStability implements metrics.StableCollector.
 func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descRequests, descAnswered, descGratuitous, descOwned, descUnplaced, descResubscriptions} {
+	for _, d := range []*metrics.Desc{descRequests, descAnswered, descGratuitous, descRefreshes, descOwned, descUnplaced, descResubscriptions} {
 		ch <- d
 	}
 }
@@ -105,6 +112,7 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(descRequests, metrics.CounterValue, float64(p.Requests), name)
 		ch <- metrics.NewLazyConstMetric(descAnswered, metrics.CounterValue, float64(p.Answered), name)
 		ch <- metrics.NewLazyConstMetric(descGratuitous, metrics.CounterValue, float64(p.Gratuitous), name)
+		ch <- metrics.NewLazyConstMetric(descRefreshes, metrics.CounterValue, float64(p.Refreshes), name)
 		ch <- metrics.NewLazyConstMetric(descOwned, metrics.GaugeValue, float64(st.Owned[f]), name)
 	}
 	ch <- metrics.NewLazyConstMetric(descUnplaced, metrics.GaugeValue, float64(st.Unplaced))

@@ -296,9 +296,15 @@ func (c *Cluster) API() netip.AddrPort { return c.api }
 
 // StartAgent runs the agent on node h; Close stops it.
 func (c *Cluster) StartAgent(h *netns.Host) (*process.Process, error) {
-	args := []string{"--node-name=" + h.Label, "--kubeconfig=" + c.agentKubeconfig, "--cloud-config=" + c.Config, "--probe-key-file=" + c.KeyFile,
+	return c.StartAgentWith(h, c.Config)
+}
+
+// StartAgentWith runs the agent on node h with the cloud-config file at config instead
+// of the testbed's, for a node that is to behave otherwise than the rest; Close stops it.
+func (c *Cluster) StartAgentWith(h *netns.Host, config string) (*process.Process, error) {
+	args := []string{"--node-name=" + h.Label, "--kubeconfig=" + c.agentKubeconfig, "--cloud-config=" + config, "--probe-key-file=" + c.KeyFile,
 		"--metrics-address=" + agentMetrics, "--shutdown-grace-period=2s", "--cloud-config-reload-interval=200ms", "-v=2"}
-	p, err := c.start(h, h.Label+" agent", Agent, c.agentBinary, args, c.agentKubeconfig, c.Config, c.KeyFile)
+	p, err := c.start(h, h.Label+" agent", Agent, c.agentBinary, args, c.agentKubeconfig, config, c.KeyFile)
 	if err != nil {
 		return nil, err
 	}
