@@ -121,8 +121,8 @@ func TestAddressOutsidePoolsIsNotAnnounced(t *testing.T) {
 		t.Errorf("refused NotInPool = %q, want 1", got)
 	}
 	// On the wire: nobody answers the client's ARP requests for the stray address.
-	if err := c.Net.Client.Ping(stray, time.Second); err == nil {
-		t.Errorf("client reached %s, which is in no pool", stray)
+	if node, err := c.reach(stray); err == nil {
+		t.Errorf("client reached %s, which is in no pool, on %s", stray, node)
 	}
 	if mac, state, _ := c.Net.Client.Neighbor(stray); mac != nil {
 		t.Errorf("client resolved %s to %v (%s)", stray, mac, state)
@@ -286,9 +286,16 @@ func TestUnicastRefresh(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := c.metric(t, node1, `baremetal_agent_requests_total{family="`+family(addr)+`"}`)
-		// An echo confirms nothing to the neighbour table, so the kernel must probe.
-		if err := c.Net.Client.Ping(addr, time.Second); err != nil {
-			t.Fatalf("ping %s: %v", addr, err)
+		// A datagram confirms nothing to the neighbour table, so the kernel must probe;
+		// none comes back (kube-proxy answers no echo for a Service address either).
+		conn, err := c.Net.Client.Dial(ctx, "udp", netip.AddrPortFrom(addr, 9).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Write([]byte("refresh"))
+		conn.Close()
+		if err != nil {
+			t.Fatalf("send to %s: %v", addr, err)
 		}
 		deadline := time.Now().Add(500 * time.Millisecond)
 		for {
@@ -342,8 +349,11 @@ func TestPoolRemovedFromConfig(t *testing.T) {
 	if err := c.Net.Client.FlushNeighbors(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Net.Client.Ping(vip4, time.Second); err == nil {
-		t.Errorf("client reached %s, whose pool is gone", vip4)
+	if node, err := c.reach(vip4); err == nil {
+		t.Errorf("client reached %s, whose pool is gone, on %s", vip4, node)
+	}
+	if mac, state, _ := c.Net.Client.Neighbor(vip4); mac != nil {
+		t.Errorf("client resolved %s, whose pool is gone, to %v (%s)", vip4, mac, state)
 	}
 
 	if err := os.WriteFile(c.Config, original, 0o644); err != nil {

@@ -38,13 +38,22 @@ func (c *cluster) startCCM(t testing.TB, extra ...string) *process.Process {
 // Service's.
 func (c *cluster) createLBService(t testing.TB, name string, annotations ...string) (*corev1.Service, []netip.Addr) {
 	t.Helper()
+	return c.createLBServiceFor(t, name, nil, func(svc *corev1.Service) {
+		for i := 0; i+1 < len(annotations); i += 2 {
+			svc.Annotations[annotations[i]] = annotations[i+1]
+		}
+	})
+}
+
+// createLBServiceFor is createLBService with pods on the given nodes only (every node for
+// none), and the Service changed by edit before it is created.
+func (c *cluster) createLBServiceFor(t testing.TB, name string, nodes []*netns.Host, edit func(*corev1.Service)) (*corev1.Service, []netip.Addr) {
+	t.Helper()
 	ctx := context.Background()
 	ns := c.namespace(t)
-	c.serve(t, ns, name)
+	c.serve(t, ns, name, nodes...)
 	svc := lbServiceSpec(name, ns, corev1.IPv4Protocol, corev1.IPv6Protocol)
-	for i := 0; i+1 < len(annotations); i += 2 {
-		svc.Annotations[annotations[i]] = annotations[i+1]
-	}
+	edit(svc)
 	svc, err := c.Admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -84,6 +84,11 @@ func newClusterImages(t testing.TB, cp *controlplane.ControlPlane, n int, config
 			for _, p := range tb.Processes() {
 				t.Logf("%s log:\n%s", p.Name(), p.Logs())
 			}
+			for _, h := range tb.Net.Nodes {
+				if kp := tb.KubeProxy(h.Label); kp != nil {
+					t.Logf("kube-proxy on %s log:\n%s", h.Label, kp.Logs())
+				}
+			}
 		}
 		if err := tb.Close(); err != nil {
 			t.Errorf("tear down the testbed: %v", err)

@@ -245,6 +245,13 @@ func (c *Cluster) Serve(ctx context.Context, namespace, app string, nodes ...*ne
 	return made, nil
 }
 
+// Pods returns the pods of Serve that are not deleted.
+func (c *Cluster) Pods() []*pods.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.pods)
+}
+
 // ServiceFor returns a Service of type LoadBalancer, ready to create, that selects the
 // pods of app: port ServicePort, externalTrafficPolicy Local (so that the pod that
 // answers is on the announcer, and sees the client's own address), no node ports.
