@@ -20,7 +20,7 @@ for b in etcd "${kube[@]}"; do
 	[[ -x "$bin/$b" ]] || up_to_date=false
 done
 if $up_to_date && [[ -f "$bin/.stamp" && "$(cat "$bin/.stamp")" == "$stamp" ]]; then
-	echo "tools: ${kube[*]} $k8s_version and etcd in hack/tools/bin are up to date"
+	echo "tools: etcd and ${kube[*]} $k8s_version in hack/tools/bin are up to date"
 	exit 0
 fi
 
