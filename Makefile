@@ -65,7 +65,7 @@ version: ## Print the version that builds and images are stamped with
 	@echo $(VERSION)
 
 .PHONY: demo
-demo: ## Root, Linux: the whole product on one machine, with a failover (first run builds the control plane, ~8 min)
+demo: ## Root, Linux: the whole product on one machine, with a failover (first run builds the control plane, ~10 min)
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: it creates network namespaces. Run: sudo make demo" >&2; exit 1; fi
 	@command -v ip >/dev/null || { echo "make demo needs ip(8) from iproute2: apt-get install iproute2" >&2; exit 1; }
 	@$(MAKE) --no-print-directory tools build
@@ -73,7 +73,7 @@ demo: ## Root, Linux: the whole product on one machine, with a failover (first r
 	@BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(BIN)/baremetal-demo
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kube-controller-manager and kube-proxy for the integration tests into hack/tools/bin (first time ~13 min)
+tools: ## Build kube-apiserver, etcd, kube-controller-manager and kube-proxy for the integration tests into hack/tools/bin (first time ~10 min, up to an hour on a busy machine)
 	./hack/build-tools.sh
 
 .PHONY: helm

@@ -120,7 +120,7 @@ func run(ctx context.Context) error {
 	cp, err := controlplane.Start(ctx)
 	if err != nil {
 		if errors.Is(err, controlplane.ErrBinaryNotFound) {
-			return fmt.Errorf("%w\nrun `make tools` first (the first build takes about 8 minutes)", err)
+			return fmt.Errorf("%w\nrun `make tools` first (the first build takes about 10 minutes)", err)
 		}
 		return err
 	}

@@ -112,9 +112,9 @@ func StartForTest(t testing.TB, opts ...Option) *ControlPlane {
 }
 
 // SkipOrFail ends the test because no control plane (or another of the tools, such as
-// kube-proxy) could be started. Missing binaries
-// skip the test, unless $CI is true: CI must not pass by running nothing. Any other
-// start error fails the test, since binaries that are there but do not start are a bug.
+// kube-proxy) could be started. Missing binaries skip the test, unless $CI is true: CI
+// must not pass by running nothing. Any other start error fails the test, since binaries
+// that are there but do not start are a bug.
 func SkipOrFail(t testing.TB, err error) {
 	t.Helper()
 	if errors.Is(err, ErrBinaryNotFound) && !inCI() {

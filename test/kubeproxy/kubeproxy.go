@@ -189,6 +189,11 @@ func writeConfig(path string, cfg Config) error {
 		"mode":             string(cfg.Mode),
 		"clusterCIDR":      strings.Join(cidrs, ","),
 		"detectLocalMode":  "ClusterCIDR",
+		// NodePorts, health check node ports included, on the node's addresses of its
+		// Node object only: nftables mode's default, and iptables mode's too with
+		// this. Otherwise iptables mode accepts them on 127.0.0.1 as well, for which it
+		// sets route_localnet in the namespace.
+		"nodePortAddresses": []string{"primary"},
 		// On the namespace's own loopback: every node has these, and only the test
 		// reaches them, from inside.
 		"healthzBindAddress": HealthzAddress,

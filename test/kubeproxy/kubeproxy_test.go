@@ -280,7 +280,7 @@ func TestLoadBalancerTraffic(t *testing.T) {
 			kp := kubeproxy.StartForTest(t, node1, kubeproxy.Config{
 				NodeName: node1.Name, Kubeconfig: e.kubeconfig, ClusterCIDRs: clusterCIDRs, Mode: mode,
 			})
-			if got := rulesOf(t, node1, mode); !got {
+			if !rulesOf(t, node1, mode) {
 				t.Fatalf("no %s rules of kube-proxy in %s", mode, node1.Name)
 			}
 
