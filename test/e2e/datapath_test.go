@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/pods"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
@@ -157,14 +157,14 @@ func (c *cluster) ask(t testing.TB, addr netip.Addr) traffic.Answer {
 // healthCheck gets kube-proxy's health check node port of h from the client.
 func (c *cluster) healthCheck(t testing.TB, h *netns.Host, port int32) (int, string) {
 	t.Helper()
-	client := &http.Client{Transport: &http.Transport{DialContext: c.Net.Client.Dial, DisableKeepAlives: true}, Timeout: 2 * time.Second}
-	resp, err := client.Get("http://" + netip.AddrPortFrom(h.IPv4, uint16(port)).String() + "/")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{DialContext: c.Net.Client.Dial, DisableKeepAlives: true}}
+	code, body, err := install.Get(ctx, client, "http://"+netip.AddrPortFrom(h.IPv4, uint16(port)).String()+"/")
 	if err != nil {
 		t.Fatalf("health check node port of %s: %v", h.Label, err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(body))
+	return code, strings.TrimSpace(body)
 }
 
 // podOn returns the pod of the Service's app on node.

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"os"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
 )
@@ -322,20 +322,7 @@ func (k *KubeProxy) Healthz(ctx context.Context) (int, string, error) {
 // get does an HTTP GET of url from inside kube-proxy's namespace.
 func (k *KubeProxy) get(ctx context.Context, url string) (int, string, error) {
 	client := &http.Client{Transport: &http.Transport{DialContext: k.host.Dial, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, "", fmt.Errorf("GET %s: %w", url, err)
-	}
-	return resp.StatusCode, string(body), nil
+	return install.Get(ctx, client, url)
 }
 
 // Stop stops kube-proxy with SIGTERM, or SIGKILL after a grace period. Its rules stay in
