@@ -89,7 +89,8 @@ func TestUpgrade(t *testing.T) {
 		reqs := l.Stop()
 		moves := c.moves(a, start, first)
 		failed, excused := 0, 0
-		for _, r := range reqs {
+		var lone []string
+		for i, r := range reqs {
 			if r.OK {
 				continue
 			}
@@ -98,8 +99,21 @@ func TestUpgrade(t *testing.T) {
 				excused++
 				continue
 			}
+			// A loss alone, with answered requests either side and no move near it: the
+			// background loss of a busy 2-core machine (about one request in 5,000; see
+			// traffic.RecoveryStreak), which the failover tests count apart as stray too.
+			if i > 0 && i+1 < len(reqs) && reqs[i-1].OK && reqs[i+1].OK {
+				lone = append(lone, r.Start.Format("15:04:05.000"))
+				continue
+			}
 			t.Errorf("%s: the request sent at %s failed, and no address move happened while it was open (moves at %v)",
 				a, r.Start.Format("15:04:05.000"), formatTimes(moves))
+		}
+		if budget := (len(reqs) + 4999) / 5000; len(lone) > budget {
+			t.Errorf("%s: %d lone requests failed away from any address move (at %v), more than the %d in %d requests a busy machine loses",
+				a, len(lone), lone, budget, len(reqs))
+		} else if len(lone) > 0 {
+			t.Logf("%s: a lone request failed away from any address move, at %v", a, lone)
 		}
 		if excused > len(moves) {
 			t.Errorf("%s: %d requests failed across %d moves: more than the one a move can catch open", a, excused, len(moves))
