@@ -197,18 +197,12 @@ func create(ctx context.Context, tb *testbed.Cluster, s service) error {
 // client's own address, which a Local Service keeps.
 func clientAddress(ctx context.Context, tb *testbed.Cluster, addr netip.Addr) error {
 	step("What a pod of a Local Service sees of its client")
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// kube-proxy on the announcer may not have the Service's rules yet.
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	var answer traffic.Answer
-	var err error
-	for {
-		// kube-proxy on the announcer may not have the Service's rules yet.
-		if answer, err = traffic.Ask(ctx, tb.Net.Client.Dial, netip.AddrPortFrom(addr, testbed.ServicePort)); err == nil {
-			break
-		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return fmt.Errorf("ask %s: %w", addr, err)
-		}
+	answer, err := traffic.AskUntil(ctx, tb.Net.Client.Dial, netip.AddrPortFrom(addr, testbed.ServicePort), time.Second)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("  the client (%s) asked %s; pod %s on %s answered and saw the client address %s\n",
 		tb.Net.Client.IPv4, addr, answer.Pod, answer.Node, answer.Client)

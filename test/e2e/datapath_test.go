@@ -13,7 +13,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
@@ -118,16 +117,11 @@ func TestClusterTraffic(t *testing.T) {
 		svc.Annotations[annotation.PreferredNodes] = a.Label
 	})
 	for _, addr := range addrs {
-		var got traffic.Answer
-		err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
-			ctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			var err error
-			got, err = traffic.Ask(ctx, c.Net.Client.Dial, netip.AddrPortFrom(addr, servicePort))
-			return err == nil, nil
-		})
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		got, err := traffic.AskUntil(ctx, c.Net.Client.Dial, netip.AddrPortFrom(addr, servicePort), time.Second)
+		cancel()
 		if err != nil {
-			t.Fatalf("%s does not answer", addr)
+			t.Fatal(err)
 		}
 		via := a.IPv4
 		if addr.Is6() {

@@ -145,6 +145,30 @@ func Ask(ctx context.Context, dial DialFunc, addr netip.AddrPort) (Answer, error
 	return ParseAnswer(strings.TrimSpace(line))
 }
 
+// AskUntil asks addr, a new connection every attempt at most, until a server answers or
+// ctx ends, and returns the first answer. Each connection has its own source port: a
+// connection whose first SYN reached a node before kube-proxy had the Service's rules is
+// tracked there without them, so its retransmissions would never reach a pod.
+func AskUntil(ctx context.Context, dial DialFunc, addr netip.AddrPort, attempt time.Duration) (Answer, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		a, err := Ask(actx, dial, addr)
+		if err == nil {
+			cancel()
+			return a, nil
+		}
+		// A refused connection returns at once: pace the attempts.
+		select {
+		case <-actx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return Answer{}, fmt.Errorf("ask %s: no answer before %w; the last attempt: %w", addr, ctx.Err(), err)
+		}
+	}
+}
+
 // Request is one request of a Client.
 type Request struct {
 	// Start is when the request was sent.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -183,5 +184,46 @@ func TestClientOfPod(t *testing.T) {
 		if !r.OK || r.Node != "node-x" || r.Pod != "web-0" || r.ClientAddr != netip.MustParseAddr("127.0.0.1") {
 			t.Errorf("request %+v, want answered by web-0 on node-x, which saw 127.0.0.1", r)
 		}
+	}
+}
+
+// TestAskUntil: a connection that stalls, as one whose first SYN met a node without the
+// Service's rules does, does not hold AskUntil: the next attempt, on a new connection, is
+// answered. With no server at all it gives up when its context ends, naming the address.
+func TestAskUntil(t *testing.T) {
+	l := listen(t, "127.0.0.1")
+	stalled := make(chan net.Conn, 1)
+	go func() {
+		first, err := l.Accept()
+		if err != nil {
+			return
+		}
+		stalled <- first // accepted and never answered
+		ServePod(l, "web-0", "node-x")
+	}()
+	t.Cleanup(func() {
+		select {
+		case c := <-stalled:
+			c.Close()
+		default:
+		}
+	})
+	var d net.Dialer
+	addr := l.Addr().(*net.TCPAddr).AddrPort()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	got, err := AskUntil(ctx, d.DialContext, addr, 200*time.Millisecond)
+	if err != nil {
+		t.Fatalf("AskUntil after a stalled connection: %v", err)
+	}
+	if got.Pod != "web-0" {
+		t.Errorf("AskUntil = %+v, want the answer of web-0", got)
+	}
+
+	l.Close()
+	ctx, cancel = context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := AskUntil(ctx, d.DialContext, addr, 100*time.Millisecond); err == nil || !strings.Contains(err.Error(), addr.String()) {
+		t.Errorf("AskUntil with no server: %v, want an error naming %s", err, addr)
 	}
 }
