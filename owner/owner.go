@@ -4,9 +4,7 @@
 package owner
 
 import (
-	"bytes"
 	"cmp"
-	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
@@ -169,6 +167,7 @@ func Rank(g Group, nodes []Node) ([]string, Reason) {
 			}
 		}
 	}
+	ip := hash64(g.FirstIP)
 	order := func(a, b string) int {
 		if c := cmp.Compare(preference(g, a), preference(g, b)); c != 0 {
 			return c
@@ -179,7 +178,7 @@ func Rank(g Group, nodes []Node) ([]string, Reason) {
 		if a == g.Current || b == g.Current {
 			return cmp.Compare(boolRank(a == g.Current), boolRank(b == g.Current))
 		}
-		if c := bytes.Compare(rank(a, g.FirstIP), rank(b, g.FirstIP)); c != 0 {
+		if c := cmp.Compare(score(hash64(a), ip), score(hash64(b), ip)); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
@@ -233,12 +232,6 @@ func boolRank(b bool) int {
 		return 0
 	}
 	return 1
-}
-
-// rank is the tie-breaker: sha256(nodeName + "#" + firstIP), lowest first.
-func rank(node, ip string) []byte {
-	h := sha256.Sum256([]byte(node + "#" + ip))
-	return h[:]
 }
 
 // Eligible returns "" when n may announce g's address, and otherwise why not, as a phrase

@@ -1,0 +1,309 @@
+package owner
+
+import (
+	"fmt"
+	"slices"
+)
+
+// announce picks every group's announcer: the decided ones first, then the current
+// announcers up to their bounds, then the rest under their shares.
+func (s *spread) announce(rebalance bool) {
+	for i := range s.items {
+		s.keeper(&s.items[i])
+	}
+	held := make([]int, len(s.names)) // what each node would hold, were nothing to move
+	for i := range s.items {
+		if it := &s.items[i]; it.current >= 0 {
+			held[it.current]++
+			if it.fixed {
+				s.load[it.current]++
+			}
+		}
+	}
+	var pending []*item
+	from := map[*item]int32{}
+	for i := range s.items {
+		it := &s.items[i]
+		switch {
+		case len(it.tiers) == 0 || it.fixed:
+			continue
+		case it.current >= 0 && (!rebalance || s.load[it.current] < Bound(s.share[it.current])):
+			s.load[it.current]++
+		case it.current >= 0:
+			from[it] = it.current
+			pending = append(pending, it)
+		default:
+			pending = append(pending, it)
+		}
+	}
+	for _, it := range s.place(pending, false, func(_ *item, n int32) int { return s.load[n] }, func(_ *item, n int32) { s.load[n]++ }) {
+		it.current = it.chosen[0]
+		if f, ok := from[it]; ok && f != it.current {
+			it.reason = ReasonBalance
+			it.why = fmt.Sprintf("%s holds %d addresses, over the bound of %d; %s holds %d",
+				s.names[f], held[f], Bound(s.share[f]), s.names[it.current], s.load[it.current]-1)
+		}
+	}
+	for i := range s.items {
+		if it := &s.items[i]; it.current >= 0 && len(it.chosen) == 0 {
+			it.chosen = []int32{it.current}
+		}
+	}
+	for i := range s.items {
+		it := &s.items[i]
+		if len(it.chosen) > 0 && it.reason != ReasonStandby && it.reason != ReasonBalance &&
+			preference(*it.g, s.names[it.chosen[0]]) < len(it.g.PreferredNodes) {
+			it.reason = ReasonPreferred
+		}
+	}
+}
+
+// keeper sets the node that keeps it, if any, as Rank would: the current announcer among
+// the best; the first node of the published plan among the candidates when the current
+// announcer is not one; the only best candidate.
+func (s *spread) keeper(it *item) {
+	if len(it.tiers) == 0 {
+		return
+	}
+	if name := it.g.Current; name != "" {
+		cur, ok := s.index[name]
+		if ok && s.inTier(it, 0, cur) {
+			it.current = cur
+			return
+		}
+		if !ok || !s.candidate(it, cur) {
+			for _, p := range it.g.Plan {
+				if n, ok := s.index[p]; ok && s.candidate(it, n) {
+					it.current, it.reason, it.fixed = n, ReasonStandby, !s.inTier(it, 0, n)
+					return
+				}
+			}
+		}
+	}
+	if t := it.tiers[0]; !t.bulk && len(t.nodes) == 1 {
+		it.current, it.fixed = t.nodes[0], true
+	}
+}
+
+// candidate reports whether n is among the nodes Rank puts first: those with endpoints,
+// or every eligible node when none has one.
+func (s *spread) candidate(it *item, n int32) bool {
+	name := s.names[n]
+	switch {
+	case !it.elig.is[n]:
+		return false
+	case len(it.g.Local) > 0:
+		return len(missingLocal(*it.g, name)) == 0
+	case it.reason == ReasonNoEndpoints:
+		return true
+	}
+	return it.g.Endpoints[name] > 0
+}
+
+// inTier reports whether n is in the tier ti of it.
+func (s *spread) inTier(it *item, ti int, n int32) bool {
+	t := it.tiers[ti]
+	if !t.bulk {
+		return slices.Contains(t.nodes, n)
+	}
+	if !it.elig.is[n] {
+		return false
+	}
+	for _, o := range it.tiers[:ti] {
+		if slices.Contains(o.nodes, n) {
+			return false
+		}
+	}
+	return true
+}
+
+// place gives each item, in order, the next node of its first tier with a node not chosen
+// yet: the first in hash order that holds less than its share rounded down, else rounded
+// up, else its bound, else the least loaded. held is what a node holds, add counts a
+// node's new group; for a standby (scenario), the caps are those of the nodes once the
+// announcer is gone. It returns the items placed.
+func (s *spread) place(items []*item, scenario bool, held func(*item, int32) int, add func(*item, int32)) []*item {
+	caps := []func(float64) int{floorShare, ceilShare, Bound}
+	var placed []*item
+	for pass := 0; pass <= len(caps) && len(items) > 0; pass++ {
+		var left []*item
+		for _, it := range items {
+			ti := s.nextTier(it)
+			if ti < 0 {
+				continue
+			}
+			var n int32
+			if pass == len(caps) {
+				n = s.pick(it, ti, func(n int32) int { return held(it, n) })
+			} else {
+				capOf := caps[pass]
+				n = s.pick(it, ti, func(n int32) int {
+					sh := s.share[n]
+					if scenario {
+						sh = s.scenario(sh)
+					}
+					if held(it, n) < capOf(sh) {
+						return 0
+					}
+					return -1
+				})
+			}
+			if n < 0 {
+				left = append(left, it)
+				continue
+			}
+			it.chosen = append(it.chosen, n)
+			add(it, n)
+			placed = append(placed, it)
+		}
+		items = left
+	}
+	return placed
+}
+
+// pick returns the node of tier ti of it, not chosen yet, of the lowest cost, the first
+// in hash order among equal costs, or -1 when every cost is negative (not allowed).
+func (s *spread) pick(it *item, ti int, cost func(int32) int) int32 {
+	t := it.tiers[ti]
+	nodes := t.nodes
+	if t.bulk {
+		nodes = it.elig.nodes
+		s.epoch++
+		for _, o := range it.tiers[:ti] {
+			for _, n := range o.nodes {
+				s.mark[n] = s.epoch
+			}
+		}
+	}
+	best, bestCost, bestScore := int32(-1), 0, uint64(0)
+	for _, n := range nodes {
+		if t.bulk && s.mark[n] == s.epoch || slices.Contains(it.chosen, n) {
+			continue
+		}
+		c := cost(n)
+		if c < 0 {
+			continue
+		}
+		sc := score(s.hashes[n], it.ipHash)
+		if best < 0 || c < bestCost || c == bestCost && (sc < bestScore || sc == bestScore && n < best) {
+			best, bestCost, bestScore = n, c, sc
+		}
+	}
+	return best
+}
+
+// nextTier returns the first tier of it with a node not chosen yet, or -1.
+func (s *spread) nextTier(it *item) int {
+	for ti, t := range it.tiers {
+		if !t.bulk {
+			for _, n := range t.nodes {
+				if !slices.Contains(it.chosen, n) {
+					return ti
+				}
+			}
+			continue
+		}
+		explicit := 0
+		for _, o := range it.tiers[:ti] {
+			explicit += len(o.nodes)
+		}
+		if len(it.elig.nodes)-explicit > len(it.chosen)-chosenExplicit(it, ti) {
+			return ti
+		}
+	}
+	return -1
+}
+
+// chosenExplicit counts the chosen nodes of it in the tiers before ti.
+func chosenExplicit(it *item, ti int) int {
+	c := 0
+	for _, n := range it.chosen {
+		for _, o := range it.tiers[:ti] {
+			if slices.Contains(o.nodes, n) {
+				c++
+			}
+		}
+	}
+	return c
+}
+
+// scenario is a node's share once another node has gone, its groups shared among the
+// nodes left: an estimate, exact among equal nodes.
+func (s *spread) scenario(share float64) float64 {
+	if s.active <= 1 {
+		return share
+	}
+	return share * float64(s.active) / float64(s.active-1)
+}
+
+// standbys picks each group's standbys, level by level: at each, the published standby
+// keeps its place while the nodes it backs up would, on the announcer's failure, stay
+// under their bounds, and the others are placed as announcers are, with the loads the
+// nodes would have once the announcer is gone.
+func (s *spread) standbys(levels int) {
+	for level := 1; level <= levels; level++ {
+		extra := map[[2]int32]int{} // groups of the announcer [0] that [1] backs up at this level
+		var pending []*item
+		for i := range s.items {
+			it := &s.items[i]
+			if len(it.chosen) != level || s.nextTier(it) < 0 {
+				continue
+			}
+			if n := s.published(it); n >= 0 {
+				k := [2]int32{it.chosen[0], n}
+				if s.load[n]+extra[k] < Bound(s.scenario(s.share[n])) {
+					it.chosen = append(it.chosen, n)
+					extra[k]++
+					continue
+				}
+			}
+			pending = append(pending, it)
+		}
+		s.place(pending, true,
+			func(it *item, n int32) int { return s.load[n] + extra[[2]int32{it.chosen[0], n}] },
+			func(it *item, n int32) { extra[[2]int32{it.chosen[0], n}]++ })
+	}
+}
+
+// published returns the first node of it's published standbys not chosen yet, if it may
+// stand by next, or -1. A group decided without history (failback) has none.
+func (s *spread) published(it *item) int32 {
+	if it.g.Current == "" || len(it.g.Plan) < 2 {
+		return -1
+	}
+	ti := s.nextTier(it)
+	for _, name := range it.g.Plan[1:] {
+		n, ok := s.index[name]
+		if !ok || slices.Contains(it.chosen, n) {
+			continue
+		}
+		if s.inTier(it, ti, n) {
+			return n
+		}
+		return -1
+	}
+	return -1
+}
+
+// hash64 is FNV-1a of s: stable across processes and versions, unlike maphash.
+func hash64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// score is the tie-breaker between a node and an address, of their hash64s: lowest
+// first. The finalizer of splitmix64 spreads the bits, so that the order of nodes for one
+// address tells nothing of another's.
+func score(node, ip uint64) uint64 {
+	x := node ^ (ip * 0x9e3779b97f4a7c15)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
