@@ -3,6 +3,7 @@ package owner
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // announce picks every group's announcer: the decided ones first, then the current
@@ -27,7 +28,8 @@ func (s *spread) announce(rebalance bool) {
 		switch {
 		case len(it.tiers) == 0 || it.fixed:
 			continue
-		case it.current >= 0 && (!rebalance || s.load[it.current] < Bound(s.share[it.current])):
+		case it.current >= 0 && (!rebalance || s.load[it.current] < Bound(s.share[it.current]) ||
+			!s.relieves(it, it.current, func(n int32) int { return held[n] }, false)):
 			s.load[it.current]++
 		case it.current >= 0:
 			from[it] = it.current
@@ -36,14 +38,15 @@ func (s *spread) announce(rebalance bool) {
 			pending = append(pending, it)
 		}
 	}
-	for _, it := range s.place(pending, false, func(_ *item, n int32) int { return s.load[n] }, func(_ *item, n int32) { s.load[n]++ }) {
-		it.current = it.chosen[0]
-		if f, ok := from[it]; ok && f != it.current {
+	s.place(pending, false, func(_ *item, n int32) int { return s.load[n] }, func(it *item, n int32) {
+		it.current = n
+		if f, ok := from[it]; ok && f != n {
 			it.reason = ReasonBalance
 			it.why = fmt.Sprintf("%s holds %d addresses, over the bound of %d; %s holds %d",
-				s.names[f], held[f], Bound(s.share[f]), s.names[it.current], s.load[it.current]-1)
+				s.names[f], held[f], Bound(s.share[f]), s.names[n], s.load[n])
 		}
-	}
+		s.load[n]++
+	})
 	for i := range s.items {
 		if it := &s.items[i]; it.current >= 0 && len(it.chosen) == 0 {
 			it.chosen = []int32{it.current}
@@ -115,6 +118,21 @@ func (s *spread) inTier(it *item, ti int, n int32) bool {
 		}
 	}
 	return true
+}
+
+// relieves reports whether a node of it's next tier, not chosen yet nor except, holds (held) less
+// than its bound: only then does moving it away from a node over the bound help.
+func (s *spread) relieves(it *item, except int32, held func(int32) int, scenario bool) bool {
+	return s.pick(it, s.nextTier(it), func(n int32) int {
+		sh := s.share[n]
+		if scenario {
+			sh = s.scenario(sh)
+		}
+		if n == except || held(n) >= Bound(sh) {
+			return -1
+		}
+		return 0
+	}) >= 0
 }
 
 // place gives each item, in order, the next node of its first tier with a node not chosen
@@ -243,22 +261,34 @@ func (s *spread) scenario(share float64) float64 {
 func (s *spread) standbys(levels int) {
 	for level := 1; level <= levels; level++ {
 		extra := map[[2]int32]int{} // groups of the announcer [0] that [1] backs up at this level
-		var pending []*item
+		held := map[[2]int32]int{}  // the same, were every published standby kept
+		var pending, kept []*item
+		standby := map[*item]int32{}
 		for i := range s.items {
 			it := &s.items[i]
 			if len(it.chosen) != level || s.nextTier(it) < 0 {
 				continue
 			}
 			if n := s.published(it); n >= 0 {
-				k := [2]int32{it.chosen[0], n}
-				if s.load[n]+extra[k] < Bound(s.scenario(s.share[n])) {
-					it.chosen = append(it.chosen, n)
-					extra[k]++
-					continue
-				}
+				standby[it] = n
+				held[[2]int32{it.chosen[0], n}]++
+				kept = append(kept, it)
+			} else {
+				pending = append(pending, it)
+			}
+		}
+		for _, it := range kept {
+			n := standby[it]
+			k := [2]int32{it.chosen[0], n}
+			if s.load[n]+extra[k] < Bound(s.scenario(s.share[n])) ||
+				!s.relieves(it, n, func(m int32) int { return s.load[m] + held[[2]int32{it.chosen[0], m}] }, true) {
+				it.chosen = append(it.chosen, n)
+				extra[k]++
+				continue
 			}
 			pending = append(pending, it)
 		}
+		slices.SortFunc(pending, func(a, b *item) int { return strings.Compare(a.g.FirstIP, b.g.FirstIP) })
 		s.place(pending, true,
 			func(it *item, n int32) int { return s.load[n] + extra[[2]int32{it.chosen[0], n}] },
 			func(it *item, n int32) { extra[[2]int32{it.chosen[0], n}]++ })
