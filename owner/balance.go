@@ -90,6 +90,9 @@ type spread struct {
 	mark   []uint32  // mark[n] == epoch: n is excluded from the bulk tier being scanned
 	epoch  uint32
 	active int // nodes with a share
+	// caps are, per node, its share rounded down, rounded up and its bound ([2]), now
+	// ([0]) and once another node is gone ([1]).
+	caps [2][3][]int
 }
 
 // item is one group being decided.
@@ -174,6 +177,17 @@ func newSpread(groups []Group, nodes []Node) *spread {
 	for _, sh := range s.share {
 		if sh > 0 {
 			s.active++
+		}
+	}
+	for k, f := range []func(float64) int{floorShare, ceilShare, Bound} {
+		for sc := range 2 {
+			s.caps[sc][k] = make([]int, len(nodes))
+			for n, sh := range s.share {
+				if sc == 1 {
+					sh = s.scenario(sh)
+				}
+				s.caps[sc][k][n] = f(sh)
+			}
 		}
 	}
 	return s

@@ -28,7 +28,7 @@ func (s *spread) announce(rebalance bool) {
 		switch {
 		case len(it.tiers) == 0 || it.fixed:
 			continue
-		case it.current >= 0 && (!rebalance || s.load[it.current] < Bound(s.share[it.current]) ||
+		case it.current >= 0 && (!rebalance || s.load[it.current] < s.caps[0][bound][it.current] ||
 			!s.relieves(it, it.current, func(n int32) int { return held[n] }, false)):
 			s.load[it.current]++
 		case it.current >= 0:
@@ -43,7 +43,7 @@ func (s *spread) announce(rebalance bool) {
 		if f, ok := from[it]; ok && f != n {
 			it.reason = ReasonBalance
 			it.why = fmt.Sprintf("%s holds %d addresses, over the bound of %d; %s holds %d",
-				s.names[f], held[f], Bound(s.share[f]), s.names[n], s.load[n])
+				s.names[f], held[f], s.caps[0][bound][f], s.names[n], s.load[n])
 		}
 		s.load[n]++
 	})
@@ -123,16 +123,24 @@ func (s *spread) inTier(it *item, ti int, n int32) bool {
 // relieves reports whether a node of it's next tier, not chosen yet nor except, holds (held) less
 // than its bound: only then does moving it away from a node over the bound help.
 func (s *spread) relieves(it *item, except int32, held func(int32) int, scenario bool) bool {
+	caps := s.capsOf(scenario)[bound]
 	return s.pick(it, s.nextTier(it), func(n int32) int {
-		sh := s.share[n]
-		if scenario {
-			sh = s.scenario(sh)
-		}
-		if n == except || held(n) >= Bound(sh) {
+		if n == except || held(n) >= caps[n] {
 			return -1
 		}
 		return 0
 	}) >= 0
+}
+
+// bound is the index of the bounds in spread.caps.
+const bound = 2
+
+// capsOf returns the caps of the nodes now, or once another node is gone (scenario).
+func (s *spread) capsOf(scenario bool) [3][]int {
+	if scenario {
+		return s.caps[1]
+	}
+	return s.caps[0]
 }
 
 // place gives each item, in order, the next node of its first tier with a node not chosen
@@ -141,7 +149,7 @@ func (s *spread) relieves(it *item, except int32, held func(int32) int, scenario
 // node's new group; for a standby (scenario), the caps are those of the nodes once the
 // announcer is gone. It returns the items placed.
 func (s *spread) place(items []*item, scenario bool, held func(*item, int32) int, add func(*item, int32)) []*item {
-	caps := []func(float64) int{floorShare, ceilShare, Bound}
+	caps := s.capsOf(scenario)
 	var placed []*item
 	for pass := 0; pass <= len(caps) && len(items) > 0; pass++ {
 		var left []*item
@@ -154,13 +162,9 @@ func (s *spread) place(items []*item, scenario bool, held func(*item, int32) int
 			if pass == len(caps) {
 				n = s.pick(it, ti, func(n int32) int { return held(it, n) })
 			} else {
-				capOf := caps[pass]
+				c := caps[pass]
 				n = s.pick(it, ti, func(n int32) int {
-					sh := s.share[n]
-					if scenario {
-						sh = s.scenario(sh)
-					}
-					if held(it, n) < capOf(sh) {
+					if held(it, n) < c[n] {
 						return 0
 					}
 					return -1
@@ -257,41 +261,52 @@ func (s *spread) scenario(share float64) float64 {
 // standbys picks each group's standbys, level by level: at each, the published standby
 // keeps its place while the nodes it backs up would, on the announcer's failure, stay
 // under their bounds, and the others are placed as announcers are, with the loads the
-// nodes would have once the announcer is gone.
+// nodes would have once the announcer is gone. The groups of one announcer are decided
+// together: those of another do not change its failure.
 func (s *spread) standbys(levels int) {
+	by := make([][]*item, len(s.names))
+	for i := range s.items {
+		if it := &s.items[i]; len(it.chosen) > 0 {
+			by[it.chosen[0]] = append(by[it.chosen[0]], it)
+		}
+	}
+	extra := make([]int, len(s.names)) // the announcer's groups each node backs up, at this level
+	held := make([]int, len(s.names))  // the same, were every published standby kept
+	standby := make([]int32, 0, 64)
 	for level := 1; level <= levels; level++ {
-		extra := map[[2]int32]int{} // groups of the announcer [0] that [1] backs up at this level
-		held := map[[2]int32]int{}  // the same, were every published standby kept
-		var pending, kept []*item
-		standby := map[*item]int32{}
-		for i := range s.items {
-			it := &s.items[i]
-			if len(it.chosen) != level || s.nextTier(it) < 0 {
-				continue
+		for _, items := range by {
+			var pending, kept []*item
+			standby = standby[:0]
+			for _, it := range items {
+				if len(it.chosen) != level || s.nextTier(it) < 0 {
+					continue
+				}
+				if n := s.published(it); n >= 0 {
+					held[n]++
+					kept = append(kept, it)
+					standby = append(standby, n)
+				} else {
+					pending = append(pending, it)
+				}
 			}
-			if n := s.published(it); n >= 0 {
-				standby[it] = n
-				held[[2]int32{it.chosen[0], n}]++
-				kept = append(kept, it)
-			} else {
+			for i, it := range kept {
+				n := standby[i]
+				if s.load[n]+extra[n] < s.caps[1][bound][n] ||
+					!s.relieves(it, n, func(m int32) int { return s.load[m] + held[m] }, true) {
+					it.chosen = append(it.chosen, n)
+					extra[n]++
+					continue
+				}
 				pending = append(pending, it)
 			}
-		}
-		for _, it := range kept {
-			n := standby[it]
-			k := [2]int32{it.chosen[0], n}
-			if s.load[n]+extra[k] < Bound(s.scenario(s.share[n])) ||
-				!s.relieves(it, n, func(m int32) int { return s.load[m] + held[[2]int32{it.chosen[0], m}] }, true) {
-				it.chosen = append(it.chosen, n)
-				extra[k]++
-				continue
+			slices.SortFunc(pending, func(a, b *item) int { return strings.Compare(a.g.FirstIP, b.g.FirstIP) })
+			s.place(pending, true, func(_ *item, n int32) int { return s.load[n] + extra[n] }, func(_ *item, n int32) { extra[n]++ })
+			for _, it := range items {
+				for _, n := range it.chosen[1:] {
+					extra[n], held[n] = 0, 0
+				}
 			}
-			pending = append(pending, it)
 		}
-		slices.SortFunc(pending, func(a, b *item) int { return strings.Compare(a.g.FirstIP, b.g.FirstIP) })
-		s.place(pending, true,
-			func(it *item, n int32) int { return s.load[n] + extra[[2]int32{it.chosen[0], n}] },
-			func(it *item, n int32) { extra[[2]int32{it.chosen[0], n}]++ })
 	}
 }
 
