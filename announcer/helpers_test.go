@@ -239,7 +239,7 @@ func (tc *testController) setEndpoints(t *testing.T, slice string, eps ...discov
 		t.Fatal(err)
 	}
 	poll(t, "the cache to see EndpointSlice "+slice, func() bool {
-		got, err := tc.slices.EndpointSlices(ns).Get(slice)
+		got, err := tc.factory.Discovery().V1().EndpointSlices().Lister().EndpointSlices(ns).Get(slice)
 		return err == nil && apiequality.Semantic.DeepEqual(got.Endpoints, s.Endpoints)
 	})
 }

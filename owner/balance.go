@@ -13,10 +13,6 @@ import (
 // rebalancing moves some away: a node holding more than Bound(share) is over the bound.
 const Slack = 1.15
 
-// ReasonBalance: the announcer held more groups than its bound, and this group moved to
-// an equal candidate under it.
-const ReasonBalance Reason = "Balance"
-
 // Options say how Assign spreads the groups.
 type Options struct {
 	// Rebalance moves groups away from a node over its bound, to equal candidates under

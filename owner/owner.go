@@ -108,6 +108,9 @@ const (
 	// ReasonStandby: the announcer went down and the first standby of the published plan
 	// that is among the best candidates took over, as the agents did on their own.
 	ReasonStandby Reason = "Standby"
+	// ReasonBalance: the announcer held more groups than its bound (Assign), and this
+	// group moved to an equal candidate under its own.
+	ReasonBalance Reason = "Balance"
 	// ReasonNoEndpoints: a Cluster group without ready endpoints anywhere; any eligible node.
 	ReasonNoEndpoints Reason = "NoReadyEndpoints"
 	// ReasonNoEligibleNode: no node may announce.
@@ -121,6 +124,8 @@ const (
 type Decision struct {
 	Node   string
 	Reason Reason
+	// Why says, for ReasonBalance, which loads moved the group, as Ranking.Why.
+	Why string
 }
 
 // Select picks the node that announces g's address among nodes. The order of nodes, of
@@ -313,6 +318,8 @@ func describe(d Decision) string {
 		return "no node has a ready endpoint; " + d.Node + " is eligible"
 	case ReasonStandby:
 		return d.Node + " is the first standby that can announce"
+	case ReasonBalance:
+		return d.Why
 	}
 	return d.Node + " has ready endpoints"
 }

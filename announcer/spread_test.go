@@ -1,0 +1,74 @@
+package announcer
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// overloaded returns n Services all announced by node-a, and the nodes node-a, node-b.
+func overloaded(n int) ([]runtime.Object, []string) {
+	var objs []runtime.Object
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("svc-%d", i)
+		objs = append(objs, announcedBy(lbService(name, fmt.Sprintf("198.51.100.%d", 10+i)), "node-a"))
+		names = append(names, name)
+	}
+	return append(objs, node("node-a", nil), node("node-b", nil)), names
+}
+
+// TestAnnouncerBalances checks that a node over its bound gives groups to the node under
+// its own, with events saying so, and only with rebalancing on; and that a ccm starting
+// over the result (a new leader) writes nothing.
+func TestAnnouncerBalances(t *testing.T) {
+	for _, rebalance := range []bool{true, false} {
+		objs, names := overloaded(6)
+		tc := newTestControllerWithConfig(t, defaultConfig+fmt.Sprintf("failover:\n  rebalance: %t\n", rebalance), objs...)
+		for i := range names {
+			tc.syncKey(t, fmt.Sprintf("address/198.51.100.%d", 10+i))
+		}
+		held := map[string]int{}
+		for _, name := range names {
+			held[tc.announcer(t, name)]++
+		}
+		want := map[string]int{"node-a": 3, "node-b": 3}
+		if !rebalance {
+			want = map[string]int{"node-a": 6}
+		}
+		if fmt.Sprint(held) != fmt.Sprint(want) {
+			t.Errorf("rebalance %t: announcers hold %v, want %v", rebalance, held, want)
+		}
+		ev := tc.events()
+		moved := 0
+		for _, e := range ev {
+			if strings.Contains(e, ReasonAnnouncerChanged) {
+				moved++
+				if !strings.Contains(e, "node-a holds 6 addresses, over the bound of 3; node-b holds") {
+					t.Errorf("rebalance %t: event %q does not say why", rebalance, e)
+				}
+			}
+		}
+		if moved != want["node-b"] {
+			t.Errorf("rebalance %t: %d AnnouncerChanged events, want %d: %q", rebalance, moved, want["node-b"], ev)
+		}
+
+		if !rebalance {
+			continue
+		}
+		tc.settle(t, names...)
+		var published []runtime.Object
+		for _, name := range names {
+			published = append(published, tc.service(t, name))
+		}
+		next := newTestControllerWithConfig(t, defaultConfig, append(published, node("node-a", nil), node("node-b", nil))...)
+		for i := range names {
+			next.syncKey(t, fmt.Sprintf("address/198.51.100.%d", 10+i))
+		}
+		if n := next.writes(); n != 0 {
+			t.Errorf("a new leader over the balanced Services wrote %d times", n)
+		}
+	}
+}
