@@ -19,10 +19,14 @@ import (
 // their loads may move groups that nothing else queues.
 const balanceKey = "balance"
 
-// minBalanceInterval is how long a decision of every group serves the groups whose own
-// inputs did not change, while Services or endpoints change elsewhere: deciding them all
-// costs tens of milliseconds at thousands of Services, too much for each event.
-const minBalanceInterval = 200 * time.Millisecond
+// maxBalancePause is the longest a decision of every group is left stale. Deciding them
+// all costs tens of milliseconds at thousands of Services, too much for each event: after
+// one, the next waits balancePauses times as long as it took, so that deciding takes at
+// most a fifth of a core, unless the nodes changed.
+const (
+	maxBalancePause = time.Second
+	balancePauses   = 4
+)
 
 // spread is the last decision of every group at once (owner.Assign), which each group's
 // sync applies to its own Services.
@@ -31,7 +35,8 @@ type spread struct {
 	rankings map[string]owner.Ranking // by first address
 	inputs   map[string]owner.Group   // what they were decided from
 	nodes    []owner.Node
-	at       time.Time
+	at       time.Time     // when it was made
+	took     time.Duration // how long it took
 	// stale says that Services or endpoints changed since.
 	stale atomic.Bool
 }
@@ -39,28 +44,39 @@ type spread struct {
 // touch marks the decision of every group stale and queues deciding them again.
 func (c *Controller) touch() {
 	if !c.spread.stale.Swap(true) {
-		c.queue.AddAfter(balanceKey, minBalanceInterval)
+		c.queue.AddAfter(balanceKey, maxBalancePause)
 	}
 }
 
+// wait is how long until the decision of every group may be made again. s.mu is held.
+func (s *spread) wait() time.Duration {
+	return min(maxBalancePause, balancePauses*s.took) - time.Since(s.at)
+}
+
 // ranking returns g's announcer and standbys, from the decision of every group: decided
-// again when g's own inputs or the nodes changed, or when it is stale and old enough.
-func (c *Controller) ranking(g owner.Group, nodes []owner.Node) (owner.Ranking, error) {
+// again at once when the nodes changed, else when g's own inputs changed or others did,
+// once the pause after the last decision is over. Until then a group whose inputs changed
+// is not decided: ok is false, and the group is queued again for then.
+func (c *Controller) ranking(key string, g owner.Group, nodes []owner.Node) (r owner.Ranking, ok bool, err error) {
 	s := &c.spread
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	in, ok := s.inputs[g.FirstIP]
-	if !ok || !sameGroup(in, g) || !slices.EqualFunc(s.nodes, nodes, sameNode) ||
-		s.stale.Load() && time.Since(s.at) >= minBalanceInterval {
+	in, known := s.inputs[g.FirstIP]
+	changed := !known || !sameGroup(in, g)
+	if s.rankings == nil || !slices.EqualFunc(s.nodes, nodes, sameNode) || (changed || s.stale.Load()) && s.wait() <= 0 {
 		if err := c.decideAll(nodes); err != nil {
-			return owner.Ranking{}, err
+			return owner.Ranking{}, false, err
 		}
+	} else if changed {
+		c.queue.AddAfter(key, s.wait())
+		return owner.Ranking{}, false, nil
 	}
 	if r, ok := s.rankings[g.FirstIP]; ok {
-		return r, nil
+		return r, true, nil
 	}
 	// The caches moved on while deciding: the group's next sync will find it.
-	return owner.Assign([]owner.Group{g}, nodes, c.options())[g.FirstIP], nil
+	c.queue.AddAfter(key, s.wait())
+	return owner.Ranking{}, false, nil
 }
 
 // syncBalance decides every group again if Services or endpoints changed since the last
@@ -97,7 +113,7 @@ func (c *Controller) decideAll(nodes []owner.Node) error {
 			changed++
 		}
 	}
-	s.rankings, s.nodes, s.at = rankings, nodes, time.Now()
+	s.rankings, s.nodes, s.at, s.took = rankings, nodes, time.Now(), time.Since(start)
 	s.inputs = make(map[string]owner.Group, len(groups))
 	for _, g := range groups {
 		s.inputs[g.FirstIP] = g

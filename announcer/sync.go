@@ -70,8 +70,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.ranking(g, nodes)
-	if err != nil {
+	r, ok, err := c.ranking(key, g, nodes)
+	if err != nil || !ok {
 		return err
 	}
 	d := owner.Decision{Reason: r.Reason, Why: r.Why}
