@@ -258,3 +258,26 @@ func poolSignature(pools []PoolNodes) string {
 	slices.Sort(parts)
 	return strings.Join(parts, ",")
 }
+
+// hash64 is FNV-1a of s: stable across processes and versions, unlike maphash.
+func hash64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// score is the tie-breaker between a node and an address, of their hash64s: lowest
+// first. The finalizer of splitmix64 spreads the bits, so that the order of nodes for one
+// address tells nothing of another's.
+func score(node, ip uint64) uint64 {
+	x := node ^ (ip * 0x9e3779b97f4a7c15)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
