@@ -145,6 +145,8 @@ func Select(g Group, nodes []Node) Decision {
 // others as it was, so the standbys of a dead announcer take over in the order the ccm
 // published. Once it is not, the first node of g.Plan among the best candidates moves to
 // the front, the others keeping their order: the node the agents chose on their own.
+// Rank is the rule for one group alone; Assign applies it to every group at once, choosing
+// among the nodes Rank holds equal so that no node holds far more than its share.
 func Rank(g Group, nodes []Node) ([]string, Reason) {
 	var eligible []string
 	for _, n := range nodes {
