@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
 )
 
@@ -129,40 +128,31 @@ func (c *Controller) options() owner.Options {
 
 // allGroups returns the rule's view of every group with Services to announce.
 func (c *Controller) allGroups() ([]owner.Group, error) {
-	services, err := c.services.List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
 	seen := map[netip.Addr]bool{}
 	var groups []owner.Group
-	for _, svc := range services {
-		r, _ := annotation.Parse(svc)
-		if !r.Announced() {
+	for _, text := range c.serviceIndexer.ListIndexFuncValues(byAddress) {
+		a, err := netip.ParseAddr(text)
+		if err != nil || seen[a] {
 			continue
 		}
-		for _, a := range r.Ingress {
-			if seen[a] {
-				continue
-			}
-			seen[a] = true
-			members, _, err := c.group(a)
-			if err != nil {
-				return nil, err
-			}
-			if len(members) == 0 {
-				continue
-			}
-			for _, m := range members {
-				for _, x := range m.req.Ingress {
-					seen[x] = true
-				}
-			}
-			g, err := c.ruleGroup(members)
-			if err != nil {
-				return nil, err
-			}
-			groups = append(groups, g)
+		seen[a] = true
+		members, _, err := c.group(a)
+		if err != nil {
+			return nil, err
 		}
+		if len(members) == 0 {
+			continue
+		}
+		for _, m := range members {
+			for _, x := range m.req.Ingress {
+				seen[x] = true
+			}
+		}
+		g, err := c.ruleGroup(members)
+		if err != nil {
+			return nil, err
+		}
+		groups = append(groups, g)
 	}
 	return groups, nil
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -76,4 +77,36 @@ func TestAnnouncerBalances(t *testing.T) {
 			t.Errorf("a new leader over the balanced Services wrote %d times", n)
 		}
 	}
+}
+
+// BenchmarkDecideAll decides 5,000 Services, each with an EndpointSlice, over 100 nodes
+// from the caches, as after a node event: listing the groups and owner.Assign.
+func BenchmarkDecideAll(b *testing.B) {
+	var objs []runtime.Object
+	for i := range 100 {
+		objs = append(objs, node(fmt.Sprintf("node-%03d", i), nil))
+	}
+	for i := range 5000 {
+		name := fmt.Sprintf("svc-%d", i)
+		objs = append(objs, lbService(name, fmt.Sprintf("2001:db8::%x", i+1)),
+			endpointSlice(name, name, readyOn(fmt.Sprintf("node-%03d", i%100)), readyOn(fmt.Sprintf("node-%03d", (i+1)%100))))
+	}
+	tc := newTestController(b, objs...)
+	// The informers' handlers queue every Service once per node added: let them finish.
+	for n := -1; n != tc.queue.Len(); time.Sleep(200 * time.Millisecond) {
+		n = tc.queue.Len()
+	}
+	nodes, err := tc.nodeStates()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tc.spread.mu.Lock()
+		if err := tc.decideAll(nodes); err != nil {
+			b.Fatal(err)
+		}
+		tc.spread.mu.Unlock()
+	}
+	b.ReportMetric(float64(len(tc.spread.rankings)), "groups")
 }
