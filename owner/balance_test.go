@@ -291,3 +291,34 @@ func equalRankings(a, b map[string]Ranking) bool {
 		return slices.Equal(x.Nodes, y.Nodes) && x.Reason == y.Reason && x.Why == y.Why
 	})
 }
+
+// TestAssignLeaveMovesOnlyItsGroups checks, on random settled clusters of every kind,
+// that a node leaving moves only the groups it announced, but for groups of a node that
+// was already over its bound with nowhere to shed them: the nodes' shares only grow when
+// a node leaves, and so can make room for them.
+func TestAssignLeaveMovesOnlyItsGroups(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	others, all := 0, 0
+	for i := range 300 {
+		groups, nodes := randomCluster(r)
+		groups = decided(groups, Assign(groups, nodes, defaults))
+		want := Assign(groups, nodes, defaults)
+		groups = decided(groups, want)
+		gone := nodes[r.IntN(len(nodes))].Name
+		got := Assign(groups, without(nodes, gone), defaults)
+		for ip, rk := range want {
+			all++
+			if len(rk.Nodes) == 0 || rk.Nodes[0] == gone || first(got[ip].Nodes) == rk.Nodes[0] {
+				continue
+			}
+			if got[ip].Reason != ReasonBalance {
+				t.Fatalf("case %d: %s left; %s moved from %s to %v (%s)", i, gone, ip, rk.Nodes[0], got[ip].Nodes, got[ip].Reason)
+			}
+			others++
+		}
+	}
+	t.Logf("of %d groups, %d of nodes over their bound moved when another node left", all, others)
+	if others*100 > all {
+		t.Errorf("of %d groups, %d moved from nodes that stayed", all, others)
+	}
+}
