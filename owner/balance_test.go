@@ -163,6 +163,18 @@ func TestAssignStandbysSpread(t *testing.T) {
 					took[ip] = rk.Nodes[1]
 				}
 			}
+			// Its groups' first standbys are as many apart as the others can be.
+			held, backs := 0, map[string]int{}
+			for _, rk := range r {
+				if rk.Nodes[0] == dead.Name {
+					held++
+					backs[rk.Nodes[1]]++
+				}
+			}
+			most := slices.Max(slices.Collect(maps.Values(backs)))
+			if spread := (held + len(nodes) - 2) / (len(nodes) - 1); most > spread {
+				t.Errorf("%d/%d: one node backs up %d of the %d groups of %s, want at most %d", size.services, size.nodes, most, held, dead.Name, spread)
+			}
 			left := without(nodes, dead.Name)
 			down := append(slices.Clone(left), Node{Name: dead.Name}) // its agent answers no more
 			after := Assign(groups, down, defaults)
