@@ -110,7 +110,11 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: bench-ipam bench-prober bench-ccm bench-agent bench-failover ## Every benchmark; figures are in the README
+bench: bench-owner bench-ipam bench-prober bench-ccm bench-agent bench-failover ## Every benchmark; figures are in the README
+
+.PHONY: bench-owner
+bench-owner: ## The announcer rule: spread over equal nodes (max/mean, min/mean), moves when a node leaves or joins against the fewest possible, and deciding 5,000 groups over 1,000 nodes after a node leaves
+	$(GO) test -run='^$$' -bench=. -benchmem ./owner
 
 .PHONY: bench-ipam
 bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated

@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -49,6 +48,10 @@ const (
 
 // byAddress indexes Services by the addresses in their status.
 const byAddress = "lb.baremetal.io/ingress-address"
+
+// byService indexes EndpointSlices by their Service, "namespace/name": deciding every
+// group at once reads the slices of every Service.
+const byService = "lb.baremetal.io/service"
 
 // Health is what the announcer needs to know of the node agents: a *prober.Prober.
 type Health interface {
@@ -78,11 +81,13 @@ type Controller struct {
 
 	services       corelisters.ServiceLister
 	serviceIndexer cache.Indexer
-	slices         discoverylisters.EndpointSliceLister
+	sliceIndexer   cache.Indexer
 	nodes          corelisters.NodeLister
 	synced         []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
+
+	spread spread // the last decision of every group at once
 
 	mu      sync.Mutex
 	decided map[string]decision  // the last decision per group, to warn once and for the status page
@@ -118,7 +123,7 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 		health:         health,
 		services:       services.Lister(),
 		serviceIndexer: services.Informer().GetIndexer(),
-		slices:         slices.Lister(),
+		sliceIndexer:   slices.Informer().GetIndexer(),
 		nodes:          nodes.Lister(),
 		synced:         []cache.InformerSynced{services.Informer().HasSynced, slices.Informer().HasSynced, nodes.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -144,6 +149,13 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 			out = append(out, a.String())
 		}
 		return out, nil
+	}}))
+	utilruntime.Must(slices.Informer().AddIndexers(cache.Indexers{byService: func(obj any) ([]string, error) {
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok || s.Labels[discoveryv1.LabelServiceName] == "" {
+			return nil, nil
+		}
+		return []string{s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]}, nil
 	}}))
 	_, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueService,
@@ -208,6 +220,7 @@ func (c *Controller) enqueueService(obj any) {
 	if !ok {
 		return
 	}
+	c.touch()
 	r, _ := annotation.Parse(svc)
 	for _, a := range r.Ingress {
 		c.queue.Add(addressKey(a))

@@ -126,12 +126,12 @@ type testController struct {
 // newTestController returns a controller over a fake clientset holding objs, under
 // defaultConfig, with its informers started and synced. Nothing runs its queue: tests
 // call sync themselves, so each decision happens where the test says.
-func newTestController(t *testing.T, objs ...runtime.Object) *testController {
+func newTestController(t testing.TB, objs ...runtime.Object) *testController {
 	t.Helper()
 	return newTestControllerWithConfig(t, defaultConfig, objs...)
 }
 
-func newTestControllerWithConfig(t *testing.T, yaml string, objs ...runtime.Object) *testController {
+func newTestControllerWithConfig(t testing.TB, yaml string, objs ...runtime.Object) *testController {
 	t.Helper()
 	cfg, err := config.Parse("test", []byte(yaml))
 	if err != nil {
@@ -239,7 +239,7 @@ func (tc *testController) setEndpoints(t *testing.T, slice string, eps ...discov
 		t.Fatal(err)
 	}
 	poll(t, "the cache to see EndpointSlice "+slice, func() bool {
-		got, err := tc.slices.EndpointSlices(ns).Get(slice)
+		got, err := tc.factory.Discovery().V1().EndpointSlices().Lister().EndpointSlices(ns).Get(slice)
 		return err == nil && apiequality.Semantic.DeepEqual(got.Endpoints, s.Endpoints)
 	})
 }

@@ -35,6 +35,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if name, ok := strings.CutPrefix(key, "service/"); ok {
 		return c.syncService(ctx, name)
 	}
+	if key == balanceKey {
+		return c.syncBalance()
+	}
 	start, err := netip.ParseAddr(strings.TrimPrefix(key, "address/"))
 	if err != nil {
 		return nil // not a key this controller queues
@@ -53,7 +56,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.forget(key)
 		return nil
 	}
-	g, err := c.ruleGroup(key, members)
+	g, err := c.ruleGroup(members)
 	if err != nil {
 		return err
 	}
@@ -67,12 +70,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	ranked, reason := owner.Rank(g, nodes)
-	d := owner.Decision{Reason: reason}
+	r, ok, err := c.ranking(key, g, nodes)
+	if err != nil || !ok {
+		return err
+	}
+	d := owner.Decision{Reason: r.Reason, Why: r.Why}
 	var p plan
-	if len(ranked) > 0 {
-		d.Node = ranked[0]
-		p = plan{announcer: d.Node, standbys: strings.Join(ranked[1:min(len(ranked), 1+maxStandbys)], ",")}
+	if len(r.Nodes) > 0 {
+		d.Node = r.Nodes[0]
+		p = plan{announcer: d.Node, standbys: strings.Join(r.Nodes[1:], ",")}
 	}
 	warn := c.remember(key, members, g, nodes, d)
 	c.account(key, ownership{node: d.Node, services: len(members)})
@@ -184,7 +190,7 @@ func (c *Controller) group(start netip.Addr) (members []member, stale []*v1.Serv
 }
 
 // ruleGroup gathers the rule's view of a group's members.
-func (c *Controller) ruleGroup(key string, members []member) (owner.Group, error) {
+func (c *Controller) ruleGroup(members []member) (owner.Group, error) {
 	cfg := c.cfg.Load()
 	g := owner.Group{Endpoints: map[string]int{}}
 	var addrs []netip.Addr
@@ -224,7 +230,7 @@ func (c *Controller) ruleGroup(key string, members []member) (owner.Group, error
 		}
 	}
 	if !cfg.Failover.Failback {
-		g.Current = c.current(key, members)
+		g.Current = c.current(addressKey(addrs[0]), members)
 	}
 	for _, m := range members {
 		if g.Plan = m.req.Plan(); len(g.Plan) > 0 {
@@ -259,14 +265,15 @@ func (c *Controller) current(key string, members []member) string {
 
 // readyEndpoints counts a Service's ready, non-terminating endpoints per node.
 func (c *Controller) readyEndpoints(svc *v1.Service) (map[string]int, error) {
-	slices, err := c.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+	slices, err := c.sliceIndexer.ByIndex(byService, svc.Namespace+"/"+svc.Name)
 	if err != nil {
 		return nil, err
 	}
 	// A dual-stack Service has a slice per address family, each listing the same pods:
 	// counted per family, a node has as many endpoints as its best family lists.
 	byFamily := map[discoveryv1.AddressType]map[string]int{}
-	for _, s := range slices {
+	for _, o := range slices {
+		s := o.(*discoveryv1.EndpointSlice)
 		counts := byFamily[s.AddressType]
 		if counts == nil {
 			counts = map[string]int{}
@@ -306,6 +313,8 @@ func (c *Controller) nodeStates() ([]owner.Node, error) {
 		}
 		out = append(out, node)
 	}
+	// Sorted, so that a decision of every group on the same nodes is known as such.
+	slices.SortFunc(out, func(a, b owner.Node) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

@@ -84,6 +84,11 @@ type Failover struct {
 	// becomes eligible again. Off unless set: a node that comes back after a failure does
 	// not take its addresses back, since moving them breaks connections a second time.
 	Failback bool
+	// Rebalance moves addresses away from a node that announces more than its bound
+	// (owner.Bound of its fair share), to equal candidates under theirs, as nodes join or
+	// Services go. On unless set; off, an address moves only when its announcer fails or
+	// a better candidate appears.
+	Rebalance bool
 }
 
 var defaultFailover = Failover{
@@ -91,6 +96,7 @@ var defaultFailover = Failover{
 	FailureThreshold: 3,
 	AgentPort:        7474,
 	IsolationShare:   DefaultIsolationShare,
+	Rebalance:        true,
 }
 
 // Announcements tunes what the agents send, unasked, about the addresses they answer for.

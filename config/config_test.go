@@ -46,6 +46,7 @@ failover:
   failureThreshold: 5
   agentPort: 9000
   isolationShare: 0.75
+  rebalance: false
 announcements:
   refreshInterval: 2m30s
 `
@@ -70,7 +71,7 @@ func TestParseFull(t *testing.T) {
 	if got := summarize(cfg.Pools); !reflect.DeepEqual(got, want) {
 		t.Errorf("pools:\n got %+v\nwant %+v", got, want)
 	}
-	wantFailover := Failover{ProbeInterval: 250 * time.Millisecond, FailureThreshold: 5, AgentPort: 9000, IsolationShare: 0.75}
+	wantFailover := Failover{ProbeInterval: 250 * time.Millisecond, FailureThreshold: 5, AgentPort: 9000, IsolationShare: 0.75, Rebalance: false}
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
@@ -92,7 +93,7 @@ func TestParseDefaults(t *testing.T) {
 	if !p.ServiceSelector.Empty() || !p.NodeSelector.Empty() {
 		t.Errorf("unset selectors must select everything, got %q and %q", p.ServiceSelector, p.NodeSelector)
 	}
-	wantFailover := Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: 7474, IsolationShare: 0.5}
+	wantFailover := Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: 7474, IsolationShare: 0.5, Rebalance: true}
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
@@ -273,7 +274,7 @@ failover:
 				`cloud.yaml:6: pools[0]: unknown field "autoassign"; did you mean "autoAssign"?`,
 				`cloud.yaml:8: pools[0].serviceSelector: unknown field "matchLabel"; the fields here are matchLabels, matchExpressions`,
 				`cloud.yaml:10: pools[0].serviceSelector.matchExpressions[0]: unknown field "value"; the fields here are key, operator, values`,
-				`cloud.yaml:12: failover: unknown field "interval"; the fields here are probeInterval, failureThreshold, agentPort, isolationShare, failback`,
+				`cloud.yaml:12: failover: unknown field "interval"; the fields here are probeInterval, failureThreshold, agentPort, isolationShare, failback, rebalance`,
 			},
 		},
 		{
@@ -544,12 +545,14 @@ failover:
   failureThreshold: three
   agentPort: "7474"
   isolationShare: half
+  rebalance: "no"
 `,
 			want: []string{
 				`cloud.yaml:5: failover.probeInterval: must be a duration from 10ms to 10s, such as "100ms", not 100`,
 				`cloud.yaml:6: failover.failureThreshold: must be an integer from 1 to 100, not "three"`,
 				`cloud.yaml:7: failover.agentPort: must be an integer from 1 to 65535, not "7474"`,
 				`cloud.yaml:8: failover.isolationShare: must be a fraction above 0 and at most 1, such as 0.5, not "half"`,
+				`cloud.yaml:9: failover.rebalance: must be true or false, not "no"`,
 			},
 		},
 		{

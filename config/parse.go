@@ -25,7 +25,7 @@ var (
 	poolFields          = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "nodeSelector", "interfaces"}
 	selectorFields      = []string{"matchLabels", "matchExpressions"}
 	requirementFields   = []string{"key", "operator", "values"}
-	failoverFields      = []string{"probeInterval", "failureThreshold", "agentPort", "isolationShare", "failback"}
+	failoverFields      = []string{"probeInterval", "failureThreshold", "agentPort", "isolationShare", "failback", "rebalance"}
 	announcementsFields = []string{"refreshInterval"}
 )
 
@@ -343,6 +343,10 @@ func (c *checker) failover(n *yaml.Node, path string) Failover {
 		case "failback":
 			if b, ok := c.boolean(v, path); ok {
 				f.Failback = b
+			}
+		case "rebalance":
+			if b, ok := c.boolean(v, path); ok {
+				f.Rebalance = b
 			}
 		}
 	})

@@ -4,9 +4,7 @@
 package owner
 
 import (
-	"bytes"
 	"cmp"
-	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
@@ -110,6 +108,9 @@ const (
 	// ReasonStandby: the announcer went down and the first standby of the published plan
 	// that is among the best candidates took over, as the agents did on their own.
 	ReasonStandby Reason = "Standby"
+	// ReasonBalance: the announcer held more groups than its bound (Assign), and this
+	// group moved to an equal candidate under its own.
+	ReasonBalance Reason = "Balance"
 	// ReasonNoEndpoints: a Cluster group without ready endpoints anywhere; any eligible node.
 	ReasonNoEndpoints Reason = "NoReadyEndpoints"
 	// ReasonNoEligibleNode: no node may announce.
@@ -123,6 +124,8 @@ const (
 type Decision struct {
 	Node   string
 	Reason Reason
+	// Why says, for ReasonBalance, which loads moved the group, as Ranking.Why.
+	Why string
 }
 
 // Select picks the node that announces g's address among nodes. The order of nodes, of
@@ -142,6 +145,8 @@ func Select(g Group, nodes []Node) Decision {
 // others as it was, so the standbys of a dead announcer take over in the order the ccm
 // published. Once it is not, the first node of g.Plan among the best candidates moves to
 // the front, the others keeping their order: the node the agents chose on their own.
+// Rank is the rule for one group alone; Assign applies it to every group at once, choosing
+// among the nodes Rank holds equal so that no node holds far more than its share.
 func Rank(g Group, nodes []Node) ([]string, Reason) {
 	var eligible []string
 	for _, n := range nodes {
@@ -169,6 +174,7 @@ func Rank(g Group, nodes []Node) ([]string, Reason) {
 			}
 		}
 	}
+	ip := hash64(g.FirstIP)
 	order := func(a, b string) int {
 		if c := cmp.Compare(preference(g, a), preference(g, b)); c != 0 {
 			return c
@@ -179,7 +185,7 @@ func Rank(g Group, nodes []Node) ([]string, Reason) {
 		if a == g.Current || b == g.Current {
 			return cmp.Compare(boolRank(a == g.Current), boolRank(b == g.Current))
 		}
-		if c := bytes.Compare(rank(a, g.FirstIP), rank(b, g.FirstIP)); c != 0 {
+		if c := cmp.Compare(score(hash64(a), ip), score(hash64(b), ip)); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
@@ -233,12 +239,6 @@ func boolRank(b bool) int {
 		return 0
 	}
 	return 1
-}
-
-// rank is the tie-breaker: sha256(nodeName + "#" + firstIP), lowest first.
-func rank(node, ip string) []byte {
-	h := sha256.Sum256([]byte(node + "#" + ip))
-	return h[:]
 }
 
 // Eligible returns "" when n may announce g's address, and otherwise why not, as a phrase
@@ -320,6 +320,8 @@ func describe(d Decision) string {
 		return "no node has a ready endpoint; " + d.Node + " is eligible"
 	case ReasonStandby:
 		return d.Node + " is the first standby that can announce"
+	case ReasonBalance:
+		return d.Why
 	}
 	return d.Node + " has ready endpoints"
 }

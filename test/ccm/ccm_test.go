@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"k8s.io/utils/ptr"
 
@@ -193,13 +194,18 @@ func TestCCM(t *testing.T) {
 		if got := e.waitIngress(t, ns, "next", 1); got[0] != "203.0.113.77" {
 			t.Errorf("next got %v, want the released 203.0.113.77", got)
 		}
-		// Changing the type away from LoadBalancer releases too.
-		svc, err := e.admin.CoreV1().Services(ns).Get(context.Background(), "next", metav1.GetOptions{})
+		// Changing the type away from LoadBalancer releases too. The ccm may patch the
+		// announcer in between: read again then.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			svc, err := e.admin.CoreV1().Services(ns).Get(context.Background(), "next", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			svc.Spec.Type = corev1.ServiceTypeClusterIP
+			_, err = e.admin.CoreV1().Services(ns).Update(context.Background(), svc, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		svc.Spec.Type = corev1.ServiceTypeClusterIP
-		if _, err := e.admin.CoreV1().Services(ns).Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		e.waitIngress(t, ns, "next", 0)
