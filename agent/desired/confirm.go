@@ -2,8 +2,11 @@ package desired
 
 import (
 	"net/netip"
-	"slices"
 
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
@@ -17,14 +20,40 @@ func Digest(addrs []Address) probe.Digest {
 	return d
 }
 
-// Confirmed returns the addresses of own that the ccm's duty list confirms, in own's
-// order: what an agent that cannot trust its own view announces. It never adds one: an
-// address the ccm gives the node but the node's cache does not know of has no pool or
-// Services known here, and waits for the cache.
-func Confirmed(own []Address, duty []netip.Addr) []Address {
+// Confirmed returns what an agent that cannot trust its own view announces: the
+// addresses of the ccm's duty list that it holds, sorted. own is what its own view gives
+// it; held what the Services whose plans name it hold (Held). An address the duty gives
+// the node though a stale plan gives it to another node is announced, since the ccm
+// decides from fresher plans; one of own the duty does not list is not. An address the
+// node's cache does not hold at all has no pool or Services known here, and waits for
+// the cache.
+func Confirmed(own, held []Address, duty []netip.Addr) []Address {
 	confirmed := make(map[netip.Addr]bool, len(duty))
 	for _, a := range duty {
 		confirmed[a.Unmap()] = true
 	}
-	return slices.DeleteFunc(slices.Clone(own), func(a Address) bool { return !confirmed[a.Addr] })
+	mine := make(map[netip.Addr]Address, len(own))
+	for _, a := range own {
+		mine[a.Addr] = a
+	}
+	var out []Address
+	for _, a := range held {
+		if !confirmed[a.Addr] {
+			continue
+		}
+		if m, ok := mine[a.Addr]; ok {
+			a = m // with the nodes it stands in for
+		} else {
+			a.Covers = nil // the ccm's choice: this node stands in for no one it knows of
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// Held returns every address that node could announce for the Services whose plans name
+// it, sorted: what ComputeOf gives it were every other node down.
+func Held(node string, nodeLabels labels.Set, requests []*annotation.Request, cfg *config.Config) []Address {
+	held, _ := ComputeOf(node, nodeLabels, requests, cfg, func(n string) bool { return n != node })
+	return held
 }

@@ -174,12 +174,37 @@ func TestAssignmentsAgreeWithCompute(t *testing.T) {
 }
 
 func TestConfirmed(t *testing.T) {
-	own := []Address{{Addr: netip.MustParseAddr("198.51.100.1")}, {Addr: netip.MustParseAddr("198.51.100.2")}, {Addr: netip.MustParseAddr("fd00::1")}}
-	got := Confirmed(own, []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("198.51.100.9"), netip.MustParseAddr("::ffff:198.51.100.1")})
-	if len(got) != 2 || got[0].Addr != own[0].Addr || got[1].Addr != own[2].Addr {
-		t.Errorf("Confirmed = %v, want the first and the last of own, none added", got)
+	addr := netip.MustParseAddr
+	own := []Address{{Addr: addr("198.51.100.1"), Covers: []string{"a"}}, {Addr: addr("198.51.100.2")}, {Addr: addr("fd00::1")}}
+	// held: own, and 198.51.100.3, which a stale plan gives to another node.
+	held := []Address{{Addr: addr("198.51.100.1")}, {Addr: addr("198.51.100.2")}, {Addr: addr("198.51.100.3"), Covers: []string{"b"}}, {Addr: addr("fd00::1")}}
+	got := Confirmed(own, held, []netip.Addr{addr("fd00::1"), addr("198.51.100.9"), addr("::ffff:198.51.100.1"), addr("198.51.100.3")})
+	want := []Address{{Addr: addr("198.51.100.1"), Covers: []string{"a"}}, {Addr: addr("198.51.100.3")}, {Addr: addr("fd00::1")}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Confirmed = %v, want %v: own's that the duty lists with their covers, the held one it gives this node, nothing unknown", got, want)
 	}
-	if len(Confirmed(own, nil)) != 0 {
+	if len(Confirmed(own, held, nil)) != 0 {
 		t.Error("an empty duty confirms something")
+	}
+}
+
+// TestHeld: a Service whose plan names the node, behind an announcer that is up, is held;
+// one that does not name it is not.
+func TestHeld(t *testing.T) {
+	cfg, err := config.Parse("cloud-config", []byte(cloudConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := service("behind", "node-b", "198.18.0.70")
+	behind.Annotations[annotation.Standbys] = "node-a"
+	elsewhere := service("elsewhere", "node-b", "198.18.0.71")
+	elsewhere.Annotations[annotation.Standbys] = "node-c"
+	requests := parse([]*v1.Service{behind, elsewhere})
+	held := Held("node-a", nil, requests, cfg)
+	if len(held) != 1 || held[0].Addr != netip.MustParseAddr("198.18.0.70") || !slices.Equal(held[0].Services, []string{"ns/behind"}) {
+		t.Errorf("Held = %+v, want 198.18.0.70 of ns/behind only", held)
+	}
+	if own, _ := ComputeOf("node-a", nil, requests, cfg, nobodyDown); len(own) != 0 {
+		t.Errorf("ComputeOf with every node up = %+v, want nothing: node-b announces", own)
 	}
 }

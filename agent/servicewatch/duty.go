@@ -66,10 +66,11 @@ func (w *Watcher) expected() (probe.Digest, bool) {
 	return w.duties.Expected()
 }
 
-// confirm returns what the agent announces of its own view own: all of it while it agrees
-// with the ccm's duty, or while no duty is known; else, once the views have differed for
-// DutyTolerance or at once when the Service watch is broken, only what the duty confirms.
-func (w *Watcher) confirm(own []desired.Address) []desired.Address {
+// confirm returns what the agent announces, given its own view own: all of it while it
+// agrees with the ccm's duty, or while no duty is known; else, once the views have
+// differed for DutyTolerance or at once when the Service watch is broken, what the duty
+// confirms of what the Services naming this node hold (held, called only then).
+func (w *Watcher) confirm(own []desired.Address, held func() []desired.Address) []desired.Address {
 	if w.duties == nil {
 		return own
 	}
@@ -100,7 +101,7 @@ func (w *Watcher) confirm(own []desired.Address) []desired.Address {
 	if d := w.duties.Duty(); d != nil {
 		duty = d.Addrs
 	}
-	return desired.Confirmed(own, duty)
+	return desired.Confirmed(own, held(), duty)
 }
 
 // watchDuty queues a sync whenever the comparison with the ccm's duty may come out

@@ -278,11 +278,12 @@ func (w *Watcher) sync() error {
 		nodeLabels = n.Labels
 	}
 	down := w.verdicts.Snapshot()
-	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, w.cfg.Load(), func(n string) bool { return down[n] })
+	cfg := w.cfg.Load()
+	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, cfg, func(n string) bool { return down[n] })
 	if w.draining.Load() {
 		addrs = keep(w.applied, addrs)
 	} else {
-		addrs = w.confirm(addrs)
+		addrs = w.confirm(addrs, func() []desired.Address { return desired.Held(w.node, nodeLabels, requests, cfg) })
 	}
 	w.speaker.Apply(addrs)
 	w.applied = addrs

@@ -141,6 +141,43 @@ func TestAgentCutOffFromAPIServer(t *testing.T) {
 	}
 }
 
+// TestAgentCutOffFromAPIServerTakesOver cuts the connection to the API server of an agent
+// that only stands by, and moves the Service to its node: its frozen cache still names
+// the old announcer, so its own view gives it nothing, but the ccm's duty gives it the
+// addresses, and it announces them, as the old announcer, whose cache is fresh, stops.
+// Announcing only what its own view and the duty agree on, nobody would answer until
+// the cut healed.
+func TestAgentCutOffFromAPIServerTakesOver(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startCCM(t)
+	a, b := c.Net.Nodes[0], c.Net.Nodes[1]
+	svc, addrs := c.createLBService(t, "taken-over", annotation.PreferredNodes, a.Label)
+	c.waitSettled(t)
+	for _, addr := range addrs {
+		c.waitSteady(t, addr, a.Label)
+	}
+	api := c.API()
+	heal := drop(t, b, fmt.Sprintf("ip daddr %s tcp dport %d", api.Addr(), api.Port()), fmt.Sprintf("ip saddr %s tcp sport %d", api.Addr(), api.Port()))
+	defer heal()
+	c.setPreferredNodes(t, svc, b.Label)
+	moved := c.waitAnnouncerSeen(t, svc, b.Label, 10*time.Second)
+	var took time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		took = time.Now()
+		return c.owned(t, b) == len(addrs), nil
+	})
+	if err != nil {
+		t.Fatalf("%s, cut off from the API server, answers for %d of its %d addresses 5 s after the ccm gave them to it", b.Label, c.owned(t, b), len(addrs))
+	}
+	t.Logf("%s answered %v after the move was seen", b.Label, took.Sub(moved).Round(time.Millisecond))
+	if got := c.metric(t, b, "baremetal_agent_confirmed_only"); got != "1" {
+		t.Errorf("baremetal_agent_confirmed_only of %s = %q while its cache is frozen, want 1", b.Label, got)
+	}
+	for _, addr := range addrs {
+		c.waitSteady(t, addr, b.Label)
+	}
+}
+
 // createFamilyService creates a single-stack LoadBalancer Service of family f that
 // prefers node, waits for its address and announcer, and returns them. Annotations, as
 // key and value in turn, are added to the Service's.
