@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -229,6 +230,34 @@ func (c *cluster) createBulk(b *testing.B, node string) []netip.Addr {
 			}
 			time.Sleep(time.Second) // allocation of thousands takes a while
 		}
+	}
+	// The EndpointSlice controller writes a slice for each Service, at its client's rate:
+	// kube-proxy drops what comes for a Service without one (Local, no local endpoint).
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		list, err := client.DiscoveryV1().EndpointSlices(ns.Name).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		served := map[string]bool{}
+		for _, s := range list.Items {
+			ready := 0
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					ready++
+				}
+			}
+			if ready == len(c.Net.Nodes) {
+				served[s.Labels[discoveryv1.LabelServiceName]] = true
+			}
+		}
+		if len(served) == bulkServices {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d Services have an endpoint on every node 10 minutes after they were created", len(served), bulkServices)
+		}
+		time.Sleep(2 * time.Second) // a list of thousands of slices
 	}
 	return sample
 }
