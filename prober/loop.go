@@ -111,13 +111,21 @@ func (s *sched) close() {
 	}
 }
 
-// add starts probing a, at its place in the cycle.
+// add starts probing a, at its place in the cycle. An agent's prober probes a new peer at
+// once: it checks its few peers because no ccm is heard, and waiting for a dead
+// announcer's place in the cycle would add up to an interval to the takeover. The ccm's
+// first probes of thousands keep their places, spread over the interval.
 func (s *sched) add(a *agentProbe) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
 	a.idx, a.phase = -1, cycle.Phase(a.node, s.cfg.ProbeInterval)
 	s.agents[a] = true
-	s.setDueLocked(a, cycle.Next(s.epoch, time.Now(), a.phase, s.cfg.ProbeInterval))
+	first := cycle.Next(s.epoch, now, a.phase, s.cfg.ProbeInterval)
+	if s.p.sender != probe.FromCCM {
+		first = now
+	}
+	s.setDueLocked(a, first)
 }
 
 // remove stops probing a. p.mu may be held: what the removal changes (the census it

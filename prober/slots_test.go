@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
@@ -90,6 +91,41 @@ func TestRapidReprobes(t *testing.T) {
 		if gap := at[i+1].Sub(at[i]); gap < w.lo || gap > w.hi {
 			t.Errorf("probe %d came %v after the one before, want %v to %v (gaps %v)", i+2, gap, w.lo, w.hi, gaps(at))
 		}
+	}
+}
+
+// TestAgentProbesAPeerAtOnce: an agent's prober, started because no ccm is heard, probes
+// a peer at once, not at the peer's place in the cycle, here late in the interval.
+func TestAgentProbesAPeerAtOnce(t *testing.T) {
+	const interval = 50 * time.Millisecond // startProber's
+	node := ""
+	for i := 0; node == ""; i++ {
+		if n := "peer-" + strconv.Itoa(i); cycle.Phase(n, interval) >= 4*interval/5 {
+			node = n
+		}
+	}
+	port := agentPort(t)
+	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	arrived := make(chan time.Time, 1)
+	go func() {
+		b := make([]byte, 512)
+		if _, _, err := conn.ReadFrom(b); err == nil {
+			arrived <- time.Now()
+		}
+	}()
+	start := time.Now()
+	startProber(t, port, probe.FromAgent, map[string]bool{node: true}, testNode(node, "127.0.0.2"))
+	select {
+	case at := <-arrived:
+		if took := at.Sub(start); took >= cycle.Phase(node, interval)/2 {
+			t.Errorf("first probe of %s %v after the start, want at once, not at its phase %v", node, took, cycle.Phase(node, interval))
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no probe arrived")
 	}
 }
 
