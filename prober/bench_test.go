@@ -98,16 +98,7 @@ func benchProber(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("PROBER_BENCH_AGENTS")); err == nil {
 		n = v // fewer, to see where a slow machine stands
 	}
-	b.Cleanup(func() {
-		// Datagrams dropped for want of buffer show here: the namespace's UDP counters.
-		if snmp, err := os.ReadFile("/proc/net/snmp"); err == nil {
-			for _, l := range strings.Split(string(snmp), "\n") {
-				if strings.HasPrefix(l, "Udp:") {
-					b.Log(l)
-				}
-			}
-		}
-	})
+	b.Cleanup(func() { b.Logf("%d datagrams dropped for want of buffer in all", udpDrops()) })
 	sim := startAgents(b, n, port)
 	nodes := make([]runtime.Object, n)
 	for i := range n {
@@ -181,6 +172,7 @@ func benchProber(b *testing.B) {
 	for k := range 20 {
 		i := (17 + 241*k) % n
 		time.Sleep(time.Duration(rand.N(100)) * time.Millisecond)
+		census, drops := counter(censuses), udpDrops()
 		stopped := sim.stop(b, i)
 		timeout := time.After(2 * time.Second)
 	wait:
@@ -192,6 +184,10 @@ func benchProber(b *testing.B) {
 					continue
 				}
 				took = append(took, d.at.Sub(stopped))
+				// What a slow detection went through: the censuses it took, the datagrams
+				// the namespace's sockets dropped meanwhile.
+				b.Logf("node-%d down %v after its agent stopped; %.0f censuses, %d datagrams dropped for want of buffer",
+					i, d.at.Sub(stopped).Round(time.Millisecond), counter(censuses)-census, udpDrops()-drops)
 				break wait
 			case <-timeout:
 				b.Errorf("node-%d not down 2s after its agent stopped", i)
@@ -249,6 +245,33 @@ func benchIsolation(b *testing.B, p *Prober, downs chan down, port int) {
 	b.ReportMetric(ms(over), "isolation-end-ms")
 	b.Logf("probes cut off for %v: isolated within %v with %d of %d lost; over %v after they were restored; %d agents down",
 		restored.Sub(cut), iso.Since.Sub(cut), len(iso.Lost), iso.Probed, over, isolatedDowns)
+}
+
+// udpDrops returns the UDP datagrams this network namespace's sockets dropped for want
+// of receive buffer (RcvbufErrors).
+func udpDrops() int {
+	snmp, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return 0
+	}
+	var names []string
+	for l := range strings.Lines(string(snmp)) {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for k, name := range names {
+			if name == "RcvbufErrors" && k < len(f) {
+				n, _ := strconv.Atoi(f[k])
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 func counter(c metrics.CounterMetric) float64 {
