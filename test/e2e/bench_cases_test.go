@@ -77,6 +77,7 @@ func benchLeaderDeath(b *testing.B) row {
 		c.waitSteady(b, addrs[0], leader)
 		l := c.startClient(addrs[0])
 		time.Sleep(200 * time.Millisecond) // paces the open-loop client
+		offCycle()
 		injected := time.Now()
 		h := c.Node(leader)
 		if err := h.SetLink(false); err != nil {
@@ -130,9 +131,11 @@ func benchManyServices(b *testing.B) []row {
 	if n, err := strconv.Atoi(os.Getenv("BENCH_BULK_SERVICES")); err == nil {
 		bulkServices = n // a smaller run, to look into the case
 	}
-	trials := benchTrials
+	// Each trial moves every Service twice, about a minute at 5,000: 5 of them, unless
+	// BENCH_BULK_TRIALS says otherwise.
+	trials := 5
 	if n, err := strconv.Atoi(os.Getenv("BENCH_BULK_TRIALS")); err == nil {
-		trials = n // each trial moves every Service twice: about 50 s at 5,000
+		trials = n
 	}
 	c := newClusterWith(b, controlplane.Shared(b), 3, bulkConfig)
 	x := c.Net.Nodes[0]
@@ -154,6 +157,7 @@ func benchManyServices(b *testing.B) []row {
 			clients = append(clients, c.startClient(a))
 		}
 		time.Sleep(200 * time.Millisecond) // paces the open-loop clients
+		offCycle()
 		injected := time.Now()
 		if err := x.SetLink(false); err != nil {
 			b.Fatal(err)

@@ -139,6 +139,7 @@ func benchAPIServerDown(b *testing.B) row {
 			b.Fatal(err)
 		}
 		time.Sleep(time.Second) // the API server stays away; the agents' watches break
+		offCycle()
 		injected := time.Now()
 		if err := c.Node(owner).SetLink(false); err != nil {
 			b.Fatal(err)

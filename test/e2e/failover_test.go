@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -188,6 +189,7 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 	l := c.startClient(addr)
 	// Paces the open-loop client: it runs at its full rate when the failure comes.
 	time.Sleep(200 * time.Millisecond)
+	offCycle()
 	tr.injected = time.Now()
 	if err := c.Node(from).SetLink(false); err != nil {
 		t.Fatal(err)
@@ -218,6 +220,13 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 	tr.announced = logTime(c.Agent(tr.to).Logs(), tr.injected, `"Announcing address"`, `address="`+addr.String()+`"`)
 	return tr
 }
+
+// offCycle waits a random part of a probe interval (the default's, 100 ms) before a
+// failure. The waits before one begin when a probe is answered (a node probed up again,
+// the status page settled) and last whole intervals, so without it the failure would
+// meet the dying node at the same point of its probe cycle in every trial, and the
+// time to detect it would follow the phases of the nodes involved, not the product.
+func offCycle() { time.Sleep(rand.N(100 * time.Millisecond)) }
 
 func family(a netip.Addr) string {
 	if a.Is4() {
