@@ -133,7 +133,7 @@ bench-agent: tools build ## Real control plane, ~95 min: the agent's peak RSS wi
 	BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkAgentMemory -benchtime=1x -timeout=150m ./test/agent
 
 .PHONY: bench-failover
-bench-failover: tools build ## Root, ~40 min: 20 failures in each case (node death v4/v6, with the ccm leader, with the API server stopped, of a node announcing 5,000 Services); one table of min/p50/p99/max
+bench-failover: tools build ## Root, ~27 min, through kube-proxy and pods: 20 failures in each case (node death v4/v6, with the ccm leader, with the API server stopped; 5 of a node announcing 5,000 Services); one table of min/p50/p99/max
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkFailover -benchtime=1x -timeout=90m ./test/e2e
 
 .PHONY: fuzz
