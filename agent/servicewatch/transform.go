@@ -10,8 +10,8 @@ import (
 )
 
 // Transform keeps of a Service only what the agent reads: what annotation.Parse reads,
-// and the identity an event on the Service needs. Every agent caches every Service of the
-// cluster, most of them not its own and many not of type LoadBalancer, so the rest
+// and the identity an event on the Service needs. Every agent caches every LoadBalancer
+// Service of the cluster, most of them not its own, so the rest
 // (managedFields, the last-applied-configuration annotation, selectors, cluster IPs) would
 // be most of its memory. It is a cache.TransformFunc, for the informer of the Services;
 // any other object is returned as it is. Transforming a transformed Service changes

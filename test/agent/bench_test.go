@@ -54,16 +54,19 @@ const baselineEnv = "BENCH_AGENT_BASELINE"
 // Run it with -benchtime=1x: one iteration is one whole run. The Services are a heavy
 // mix: nine in ten of type LoadBalancer, with addresses in their status, the ccm's plan
 // naming one of 50 nodes and two standbys, kubectl's last-applied-configuration and the
-// managedFields of their creator; one in ten of type ClusterIP. One in a hundred names
-// benchNode, each refused once by its agent, which is how the benchmark knows the agent
-// has processed them all.
+// managedFields of their creator; one in ten of type ClusterIP. The 45,000 Services
+// beyond the first 5,000 are of the mix of a big cluster instead: one in ten
+// LoadBalancer, the others ClusterIP, so that 50,000 Services hold 9,000 LoadBalancer
+// ones. One in a hundred names benchNode, each refused once by its agent, which is how
+// the benchmark knows the agent has processed them all.
 //
 // kube-apiserver counts every IPAddress object of a family each time it allocates a
 // ClusterIP of that family (for its allocated-IPs metric), so creating n Services costs
 // it O(n²): on 2 cores, IPv4 only, the rate fell from 95 to 30 creates a second by the
-// 3,000th. The LoadBalancer Services therefore alternate between IPv4 and IPv6 single
-// stack, which halves that cost, and the ClusterIP ones are headless, which the agent
-// cannot tell apart since it keeps nothing of them.
+// 3,000th, and 50,000 of the heavy mix took 1 h 28 min to create. The LoadBalancer
+// Services therefore alternate between IPv4 and IPv6 single stack, which halves that
+// cost, and the ClusterIP ones are headless, which the agent cannot tell apart since it
+// keeps nothing of them.
 func BenchmarkAgentMemory(b *testing.B) {
 	e := setup(b)
 	created := 0
@@ -244,8 +247,21 @@ func (e *env) createService(i int) error {
 	return err
 }
 
-// names reports whether Service i names benchNode.
+// names reports whether Service i names benchNode: always a LoadBalancer one.
 func names(i int) bool { return i%100 == 0 }
+
+// heavyMix is how many Services, from the first, are of the heavy mix: nine in ten of
+// type LoadBalancer. The others are the mix of a big cluster, where LoadBalancer
+// Services are few: one in ten.
+const heavyMix = 5000
+
+// clusterIP reports whether Service i is of type ClusterIP (headless).
+func clusterIP(i int) bool {
+	if i < heavyMix {
+		return i%10 == 5
+	}
+	return i%10 != 0
+}
 
 // benchService returns Service i of the mix.
 func benchService(i int) *corev1.Service {
@@ -266,12 +282,17 @@ func benchService(i int) *corev1.Service {
 			AllocateLoadBalancerNodePorts: ptr.To(false),
 		},
 	}
-	if i%10 == 5 {
+	if clusterIP(i) {
 		svc.Spec.Type = corev1.ServiceTypeClusterIP
 		svc.Spec.AllocateLoadBalancerNodePorts = nil
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
 	}
+	// Half the LoadBalancer Services of each mix are IPv6; those that name benchNode
+	// are IPv4.
 	v6 := i%2 == 1
+	if i >= heavyMix {
+		v6 = i%20 == 10
+	}
 	if v6 {
 		svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
 	}
