@@ -12,6 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
@@ -104,6 +106,29 @@ func TestAnnounce(t *testing.T) {
 	}
 	if got := c.metric(t, node1, `baremetal_agent_owned_addresses{family="IPv6"}`); got != "0" {
 		t.Errorf("node1 owns %q IPv6 addresses, want 0", got)
+	}
+}
+
+// TestTypeChangeWithdraws changes an announced Service's type to ClusterIP: the agent,
+// which watches only LoadBalancer Services, is told it is gone, and stops answering for
+// its addresses (the ccm, which would release them, does not run here).
+func TestTypeChangeWithdraws(t *testing.T) {
+	c := newCluster(t, 2)
+	node1 := c.Net.Nodes[0]
+	svc := c.createService(t, "retyped", vip4, vip6)
+	c.setAnnouncer(t, svc, node1.Label)
+	for _, addr := range []netip.Addr{vip4, vip6} {
+		c.waitReach(t, addr, node1.Label)
+	}
+	patch := []byte(`{"spec":{"type":"ClusterIP","allocateLoadBalancerNodePorts":null}}`)
+	if _, err := c.Admin.CoreV1().Services(svc.Namespace).Patch(context.Background(), svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return c.owned(t, node1) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%s still answers for %d addresses 5 s after the Service became a ClusterIP one", node1.Label, c.owned(t, node1))
 	}
 }
 
