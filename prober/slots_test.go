@@ -49,24 +49,7 @@ func TestIsolatedBy(t *testing.T) {
 // probes until it is taken for down, then one probe an interval again, at its phase.
 func TestRapidReprobes(t *testing.T) {
 	port := agentPort(t)
-	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	arrivals := make(chan time.Time, 100)
-	go func() {
-		b := make([]byte, 512)
-		for {
-			n, _, err := conn.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			if n > 3 && b[3] == 1 { // a request, not the verdict
-				arrivals <- time.Now()
-			}
-		}
-	}()
+	arrivals := silentAgent(t, port)
 	startProber(t, port, probe.FromCCM, nil, testNode("silent", "127.0.0.2"))
 	var at []time.Time
 	for len(at) < 6 {
@@ -105,18 +88,7 @@ func TestAgentProbesAPeerAtOnce(t *testing.T) {
 		}
 	}
 	port := agentPort(t)
-	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	arrived := make(chan time.Time, 1)
-	go func() {
-		b := make([]byte, 512)
-		if _, _, err := conn.ReadFrom(b); err == nil {
-			arrived <- time.Now()
-		}
-	}()
+	arrived := silentAgent(t, port)
 	start := time.Now()
 	startProber(t, port, probe.FromAgent, map[string]bool{node: true}, testNode(node, "127.0.0.2"))
 	select {
@@ -127,6 +99,30 @@ func TestAgentProbesAPeerAtOnce(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("no probe arrived")
 	}
+}
+
+// silentAgent listens at 127.0.0.2:port until the test ends, answering nothing, and
+// returns when each probe request arrives.
+func silentAgent(t *testing.T, port int) <-chan time.Time {
+	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	arrivals := make(chan time.Time, 100)
+	go func() {
+		b := make([]byte, 512)
+		for {
+			n, _, err := conn.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			if n > 3 && b[3] == 1 { // a request, not the verdict
+				arrivals <- time.Now()
+			}
+		}
+	}()
+	return arrivals
 }
 
 func gaps(at []time.Time) []time.Duration {

@@ -55,6 +55,16 @@ func drop(t testing.TB, h *netns.Host, out, in string) (heal func()) {
 	return func() { once.Do(func() { nft(t, h, "delete table inet e2e-cut") }) }
 }
 
+// cutFromAPIServer drops the packets between node h and the API server, both ways, so
+// that its agent's watch hangs rather than fails (a stream whose acknowledgements are
+// lost still delivers what its window lets through), until the returned function is
+// called.
+func (c *cluster) cutFromAPIServer(t testing.TB, h *netns.Host) (heal func()) {
+	t.Helper()
+	api := c.API()
+	return drop(t, h, fmt.Sprintf("ip daddr %s tcp dport %d", api.Addr(), api.Port()), fmt.Sprintf("ip saddr %s tcp sport %d", api.Addr(), api.Port()))
+}
+
 // owned returns how many addresses node h's agent answers for, both families.
 func (c *cluster) owned(t testing.TB, h *netns.Host) int {
 	t.Helper()
@@ -100,10 +110,7 @@ func TestAgentCutOffFromAPIServer(t *testing.T) {
 	for _, addr := range addrs {
 		c.waitSteady(t, addr, a.Label)
 	}
-	api := c.API()
-	// Both ways: a stream whose acknowledgements are lost still delivers what its window
-	// lets through.
-	heal := drop(t, a, fmt.Sprintf("ip daddr %s tcp dport %d", api.Addr(), api.Port()), fmt.Sprintf("ip saddr %s tcp sport %d", api.Addr(), api.Port()))
+	heal := c.cutFromAPIServer(t, a)
 	defer heal()
 	// Known state: the agent's view agrees with the ccm's, so a wrong answer later can
 	// only come from the move.
@@ -156,8 +163,7 @@ func TestAgentCutOffFromAPIServerTakesOver(t *testing.T) {
 	for _, addr := range addrs {
 		c.waitSteady(t, addr, a.Label)
 	}
-	api := c.API()
-	heal := drop(t, b, fmt.Sprintf("ip daddr %s tcp dport %d", api.Addr(), api.Port()), fmt.Sprintf("ip saddr %s tcp sport %d", api.Addr(), api.Port()))
+	heal := c.cutFromAPIServer(t, b)
 	defer heal()
 	c.setPreferredNodes(t, svc, b.Label)
 	moved := c.waitAnnouncerSeen(t, svc, b.Label, 10*time.Second)
