@@ -144,7 +144,25 @@ func benchAPIServerDown(b *testing.B) row {
 		if err := c.Node(owner).SetLink(false); err != nil {
 			b.Fatal(err)
 		}
-		outages = append(outages, measure(b, []*traffic.Client{l}, injected)...)
+		took := measure(b, []*traffic.Client{l}, injected)[0]
+		outages = append(outages, took)
+		if took > 300*time.Millisecond {
+			// Where the time of a slow trial went: the ccm's judgement, then each
+			// standby's verdict and announcement.
+			var standbys []string
+			for _, h := range c.Net.Nodes {
+				if h.Label == owner {
+					continue
+				}
+				logs := c.Agent(h.Label).Logs()
+				standbys = append(standbys, fmt.Sprintf("%s took the verdict %v after it and announced %v after it", h.Label,
+					since(logTime(logs, injected, `"Took the ccm's verdict"`, owner), injected),
+					since(logTime(logs, injected, `"Announcing address"`, `address="`+addrs[0].String()+`"`), injected)))
+			}
+			b.Logf("a trial of %v: %s down %v after the failure, the verdict %v after it; %s", took, owner,
+				since(logTime(ccm.Logs(), injected, `"Agent state changed"`, `node="`+owner+`"`, `state="down"`), injected),
+				since(logTime(ccm.Logs(), injected, `"Verdict changed"`, owner), injected), strings.Join(standbys, "; "))
+		}
 		if err := c.Node(owner).SetLink(true); err != nil {
 			b.Fatal(err)
 		}
