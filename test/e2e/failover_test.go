@@ -242,11 +242,7 @@ func logTime(logs string, since time.Time, parts ...string) time.Time {
 		if len(line) < 21 || !strings.ContainsAny(line[:1], "IWE") {
 			continue
 		}
-		matches := true
-		for _, p := range parts {
-			matches = matches && strings.Contains(line, p)
-		}
-		if !matches {
+		if !containsAll(line, parts) {
 			continue
 		}
 		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
@@ -418,6 +414,16 @@ func watchBroken(logs string, since time.Time) bool {
 		}
 	}
 	return false
+}
+
+// containsAll reports whether s contains every one of parts.
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }
 
 func since(t, from time.Time) time.Duration {
