@@ -129,7 +129,8 @@ bench-ccm: tools build ## Real control plane: 5,000 Services to converge (time, 
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm $(GO) test -run='^$$' -bench='BenchmarkConverge|BenchmarkSteadyState|BenchmarkNodeFailover' -benchtime=1x -timeout=30m ./test/ccm
 
 .PHONY: bench-agent
-bench-agent: tools build ## Real control plane, ~2 min: the agent's peak RSS with 5,000 and 50,000 Services in the cluster (9,000 of them LoadBalancer) (BENCH_AGENT_BASELINE=<binary> measures another build too)
+bench-agent: tools build ## Real control plane, ~2 min: the agent's peak RSS with 5,000 and 50,000 Services in the cluster (9,000 of them LoadBalancer) (BENCH_AGENT_BASELINE=<binary> measures another build too); what a standby computes to take over 5,000 Services
+	$(GO) test -run='^$$' -bench=BenchmarkTakeover -benchmem ./agent/desired
 	BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkAgentMemory -benchtime=1x -timeout=150m ./test/agent
 
 .PHONY: bench-failover
