@@ -28,6 +28,9 @@ import (
 
 // Stats counts what a Responder has done.
 type Stats struct {
+	// Read is the number of frames read from the socket: those the kernel's filter let
+	// through (ARP requests other than announcements, neighbour solicitations).
+	Read uint64
 	// Requests is the number of requests (ARP who-has, neighbour solicitations) read for an
 	// address the Responder owned at the time.
 	Requests uint64
@@ -53,12 +56,12 @@ type Responder struct {
 	owned atomic.Pointer[map[netip.Addr]struct{}]
 	mu    sync.Mutex // serialises Set
 
-	requests, answered, gratuitous, refreshes atomic.Uint64
+	read, requests, answered, gratuitous, refreshes atomic.Uint64
 }
 
 // ListenARP returns a Responder for the IPv4 addresses of interface ifi, owning none.
 func ListenARP(ifi *net.Interface) (*Responder, error) {
-	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
+	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), &packet.Config{Filter: requestFilter})
 	if err != nil {
 		return nil, fmt.Errorf("listen for ARP on %s: %w", ifi.Name, err)
 	}
@@ -214,6 +217,7 @@ func (r *Responder) Serve() error {
 		if err != nil {
 			return fmt.Errorf("read on %s: %w", r.ifi.Name, err)
 		}
+		r.read.Add(1)
 		var reply []byte
 		var ok bool
 		if r.ipv6 {
@@ -232,7 +236,7 @@ func (r *Responder) Serve() error {
 
 // Stats returns what the Responder has done so far.
 func (r *Responder) Stats() Stats {
-	return Stats{Requests: r.requests.Load(), Answered: r.answered.Load(), Gratuitous: r.gratuitous.Load(), Refreshes: r.refreshes.Load()}
+	return Stats{Read: r.read.Load(), Requests: r.requests.Load(), Answered: r.answered.Load(), Gratuitous: r.gratuitous.Load(), Refreshes: r.refreshes.Load()}
 }
 
 // Close stops answering and releases the sockets; Serve then returns, and Owns reports

@@ -340,13 +340,17 @@ func (s *Speaker) reconcile() {
 			klog.ErrorS(err, "Cannot join the multicast groups of addresses", "interface", k.link)
 		}
 		isGained := make(map[netip.Addr]bool, len(gained))
+		var announce []netip.Addr
 		for _, a := range gained {
 			isGained[a] = true
 			if lingering[a] {
 				continue
 			}
 			klog.V(2).InfoS("Announcing address", "address", a, "interface", k.link)
-			go s.announce(r, a)
+			announce = append(announce, a)
+		}
+		if len(announce) > 0 {
+			go s.announce(r, announce)
 		}
 		s.scheduleRefreshes(k.link, addrs, isGained, lingering, quiet)
 		for _, a := range r.owned {
@@ -396,8 +400,10 @@ func (s *Speaker) closeResponder(k respKey) {
 	addStats(&s.retired[family(k.ipv6)], r.Stats())
 }
 
-// announce sends the announcements of a gained address, as long as r still owns it.
-func (s *Speaker) announce(r *responder, addr netip.Addr) {
+// announce sends the announcements of addresses gained together, of each as long as r
+// still owns it. One goroutine and one timer for all of them, so that a takeover of
+// thousands of addresses costs one wake-up per round of announcements, not thousands.
+func (s *Speaker) announce(r *responder, addrs []netip.Addr) {
 	start := time.Now()
 	for _, at := range s.opts.Announcements {
 		if wait := time.Until(start.Add(at)); wait > 0 {
@@ -407,11 +413,18 @@ func (s *Speaker) announce(r *responder, addr netip.Addr) {
 			case <-time.After(wait):
 			}
 		}
-		if !r.announces(addr) {
-			return
+		kept := addrs[:0]
+		for _, a := range addrs {
+			if !r.announces(a) {
+				continue
+			}
+			kept = append(kept, a)
+			if err := r.Announce(a); err != nil {
+				klog.ErrorS(err, "Cannot announce an address", "address", a)
+			}
 		}
-		if err := r.Announce(addr); err != nil {
-			klog.ErrorS(err, "Cannot announce an address", "address", addr)
+		if addrs = kept; len(addrs) == 0 {
+			return
 		}
 	}
 }

@@ -57,6 +57,7 @@ func (s *Speaker) Stats() Stats {
 
 // addStats adds the counts of b to a.
 func addStats(a *l2.Stats, b l2.Stats) {
+	a.Read += b.Read
 	a.Requests += b.Requests
 	a.Answered += b.Answered
 	a.Gratuitous += b.Gratuitous
@@ -74,6 +75,9 @@ type Collector struct {
 func NewCollector(s *Speaker) *Collector { return &Collector{s: s} }
 
 var (
+	descRead = metrics.NewDesc("baremetal_agent_frames_read_total",
+		"Frames read from the ARP and NDP sockets, per family: the requests that passed the kernel's filter (replies and announcements stay in the kernel), for an owned address or not.",
+		[]string{"family"}, nil, metrics.ALPHA, "")
 	descRequests = metrics.NewDesc("baremetal_agent_requests_total",
 		"ARP requests and neighbour solicitations received for an owned address, per family.",
 		[]string{"family"}, nil, metrics.ALPHA, "")
@@ -99,7 +103,7 @@ var (
 
 // DescribeWithStability implements metrics.StableCollector.
 func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descRequests, descAnswered, descGratuitous, descRefreshes, descOwned, descUnplaced, descResubscriptions} {
+	for _, d := range []*metrics.Desc{descRead, descRequests, descAnswered, descGratuitous, descRefreshes, descOwned, descUnplaced, descResubscriptions} {
 		ch <- d
 	}
 }
@@ -109,6 +113,7 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	st := c.s.Stats()
 	for f, name := range familyNames {
 		p := st.Packets[f]
+		ch <- metrics.NewLazyConstMetric(descRead, metrics.CounterValue, float64(p.Read), name)
 		ch <- metrics.NewLazyConstMetric(descRequests, metrics.CounterValue, float64(p.Requests), name)
 		ch <- metrics.NewLazyConstMetric(descAnswered, metrics.CounterValue, float64(p.Answered), name)
 		ch <- metrics.NewLazyConstMetric(descGratuitous, metrics.CounterValue, float64(p.Gratuitous), name)

@@ -1,0 +1,136 @@
+package l2_test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/packet"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+)
+
+// listen runs open on an OS thread inside h's namespace, on h's segment interface.
+func listen[T any](t *testing.T, h *netns.Host, open func(*net.Interface) (T, error)) T {
+	t.Helper()
+	var v T
+	if err := h.Do(func() error {
+		ifi, err := net.InterfaceByName(h.Interface)
+		if err != nil {
+			return err
+		}
+		v, err = open(ifi)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestARPOnTheWire has a Responder on a real interface answer a request sent among a
+// failover's worth of other nodes' announcements and replies, while it announces
+// addresses of its own, and sees that only the request reached user space.
+func TestARPOnTheWire(t *testing.T) {
+	const noise = 200
+	n := netns.ForTest(t, 2)
+	owner, peer := n.Nodes[0], n.Nodes[1]
+	r := listen(t, owner, l2.ListenARP)
+	t.Cleanup(func() { r.Close() })
+	go r.Serve()
+	conn := listen(t, peer, func(ifi *net.Interface) (*packet.Conn, error) {
+		return packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
+	})
+	t.Cleanup(func() { conn.Close() })
+
+	vip := netip.MustParseAddr("198.18.0.210")
+	owned := []netip.Addr{vip}
+	for i := range noise {
+		owned = append(owned, netip.AddrFrom4([4]byte{198, 18, 2, byte(i)}))
+	}
+	if _, err := r.Set(owned); err != nil {
+		t.Fatal(err)
+	}
+	// The owner's own announcements go out too, as in a takeover.
+	for _, a := range owned[1:] {
+		if err := r.Announce(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Other nodes' announcements and replies, as a failover elsewhere on the segment sends.
+	bcast := &packet.Addr{HardwareAddr: ethernet.Broadcast}
+	for i := range noise {
+		a := netip.AddrFrom4([4]byte{198, 18, 1, byte(i)})
+		if _, err := conn.WriteTo(l2.GratuitousARP(peer.MAC, a), bcast); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.WriteTo(arpFrame(t, arp.OperationReply, owner.MAC, peer.MAC, a, owner.IPv4), bcast); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.WriteTo(arpFrame(t, arp.OperationRequest, ethernet.Broadcast, peer.MAC, peer.IPv4, vip), bcast); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := awaitReply(conn, owner.MAC, vip); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Stats().Answered == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	st := r.Stats()
+	if st.Answered != 1 || st.Requests != 1 {
+		t.Errorf("Stats() = %+v, want 1 request for an owned address and 1 answer", st)
+	}
+	if st.Read != 1 {
+		t.Errorf("Stats().Read = %d, want 1: only the request should reach user space, not the %d announcements and %d replies around it", st.Read, noise, noise)
+	}
+	if st.Gratuitous != noise {
+		t.Errorf("Stats().Gratuitous = %d, want %d", st.Gratuitous, noise)
+	}
+}
+
+// awaitReply reads conn until the ARP reply that says addr is at mac.
+func awaitReply(conn *packet.Conn, mac net.HardwareAddr, addr netip.Addr) error {
+	if err := conn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return err
+	}
+	buf := make([]byte, 1514)
+	for {
+		n, _, err := conn.ReadFrom(buf)
+		if err != nil {
+			return fmt.Errorf("no ARP reply for %s from %s: %w", addr, mac, err)
+		}
+		var f ethernet.Frame
+		var p arp.Packet
+		if f.UnmarshalBinary(buf[:n]) != nil || p.UnmarshalBinary(f.Payload) != nil {
+			continue
+		}
+		if p.Operation == arp.OperationReply && p.SenderIP == addr && bytes.Equal(p.SenderHardwareAddr, mac) {
+			return nil
+		}
+	}
+}
+
+func arpFrame(t *testing.T, op arp.Operation, dst, src net.HardwareAddr, from, to netip.Addr) []byte {
+	t.Helper()
+	p, err := arp.NewPacket(op, src, from, dst, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := p.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := (&ethernet.Frame{Destination: dst, Source: src, EtherType: ethernet.EtherTypeARP, Payload: payload}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
