@@ -159,9 +159,13 @@ func (s *sched) run(ctx context.Context) {
 	defer timer.Stop()
 	var jobs []job
 	batches := make([][]job, len(s.conns)) // the jobs in each writer's batch, in order
+	var wakeAt time.Time                   // when the loop meant to run again at the latest
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		now := time.Now()
+		if !wakeAt.IsZero() && now.Sub(wakeAt) > s.timeout {
+			s.resumeLocked(wakeAt, now)
+		}
 		jobs = jobs[:0]
 		unread := -1 // not asked yet
 		for len(s.heap) > 0 && !s.heap[0].due.After(now) {
@@ -182,7 +186,7 @@ func (s *sched) run(ctx context.Context) {
 				s.endLocked(a, missed, now, 0, false)
 				continue
 			}
-			a.out, a.nonce, a.sent = true, s.nonces.Uint64(), now
+			a.out, a.nonce, a.sent, a.extended = true, s.nonces.Uint64(), now, false
 			s.pending[a.nonce] = a
 			wait := s.timeout
 			if a.health.suspect() && !s.iso.isolated {
@@ -201,12 +205,36 @@ func (s *sched) run(ctx context.Context) {
 		s.p.apply(effects)
 		s.send(jobs, batches)
 		timer.Reset(sleep)
+		wakeAt = now.Add(sleep)
 		select {
 		case <-ctx.Done():
 		case <-s.wake:
 		case <-timer.C:
 		}
 	}
+}
+
+// resumeLocked gives every probe out the time an answer may take again, counted from
+// now, when the loop ran only now though it was due at wakeAt, later by more than that
+// time: this process had no CPU (a saturated host, a stopped virtual machine), and the
+// agents, on the same host or the same hypervisor, likely none either, so their answers
+// may not have come yet. Taking those probes for misses would take a stall of this
+// process for the agents' death, which the isolation rule cannot tell when it hits one
+// agent's probe. Each probe is put back at most once, so that an agent that died
+// meanwhile is found at most one timeout and the stall later.
+func (s *sched) resumeLocked(wakeAt, now time.Time) {
+	deadline := now.Add(s.timeout)
+	extended := 0
+	for _, a := range s.pending {
+		if a.extended || !a.deadline.Before(deadline) {
+			continue
+		}
+		a.deadline, a.extended = deadline, true
+		s.setDueLocked(a, deadline)
+		extended++
+	}
+	proberStalls.Inc()
+	klog.V(2).InfoS("Prober ran late; the probes out wait again", "late", now.Sub(wakeAt), "probesOut", len(s.pending), "extended", extended)
 }
 
 // job is a probe to send.

@@ -74,6 +74,12 @@ var (
 		Help:           "Episodes in which the prober took itself for cut off from the agents.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	proberStalls = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "prober_stalls_total",
+		Help:           "Times the prober ran later than a probe's timeout after it was due (this process had no CPU), and gave the probes out their time again instead of taking them for misses.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	censuses = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem:      subsystem,
 		Name:           "prober_censuses_total",
@@ -86,6 +92,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses)
+		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls)
 	})
 }

@@ -29,8 +29,10 @@ type slot struct {
 	// that ended was sent; censusRef when the second-to-last miss before the threshold
 	// was (the last for a threshold of 1): the others must have been probed since.
 	sent, endedSent, censusRef time.Time
-	// deadline is when the probe out is a miss, unless its answer waits in a socket.
+	// deadline is when the probe out is a miss, unless its answer waits in a socket;
+	// extended says it was put back once, this prober having stalled while it was out.
 	deadline time.Time
+	extended bool
 	health   agentHealth
 	// published is the state the scheduler last gave the prober (transition); seq counts
 	// those, so that the prober takes them in order.

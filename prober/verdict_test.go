@@ -40,8 +40,14 @@ func testNode(name, ip string) *v1.Node {
 // targets unless they are nil, and returns it synced with the channel its OnChange feeds.
 func startProber(t *testing.T, port int, sender probe.Sender, targets map[string]bool, nodes ...runtime.Object) (*Prober, chan string) {
 	t.Helper()
+	return startProberWith(t, config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, sender, targets, nodes...)
+}
+
+// startProberWith is startProber with the failover settings cfg.
+func startProberWith(t *testing.T, cfg config.Failover, sender probe.Sender, targets map[string]bool, nodes ...runtime.Object) (*Prober, chan string) {
+	t.Helper()
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
-	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, factory.Core().V1().Nodes(), sender)
+	p := New(cfg, testKey, factory.Core().V1().Nodes(), sender)
 	if targets != nil {
 		p.SetTargets(targets)
 	}

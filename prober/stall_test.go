@@ -1,0 +1,99 @@
+package prober
+
+import (
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
+
+// freezableConn is an agent's socket on a host that can stop: while frozen, a datagram
+// that arrives is read but handled only once the host runs again.
+type freezableConn struct {
+	net.PacketConn
+	running sync.RWMutex
+	frozen  atomic.Bool
+	// requests gets a value for each probe request read while frozen.
+	requests chan struct{}
+}
+
+func (c *freezableConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, from, err := c.PacketConn.ReadFrom(b)
+	if c.frozen.Load() && err == nil && !probe.IsVerdict(b[:n]) && !probe.IsDuty(b[:n]) {
+		select {
+		case c.requests <- struct{}{}:
+		default:
+		}
+	}
+	c.running.RLock()
+	c.running.RUnlock()
+	return n, from, err
+}
+
+// TestStallIsNoMiss stops the prober and the agent together, as a saturated host or a
+// paused virtual machine does, across the deadline of a probe out: the prober, running
+// late on resuming, waits for the answer again instead of taking the agent for down, even
+// with a failure threshold of one miss.
+func TestStallIsNoMiss(t *testing.T) {
+	port := agentPort(t)
+	pc, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	conn := &freezableConn{PacketConn: pc, requests: make(chan struct{}, 1)}
+	r, err := probe.NewResponder("node-a", testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(conn)
+	const interval = 200 * time.Millisecond // a timeout of 50 ms: room to freeze both in time
+	cfg := config.Failover{ProbeInterval: interval, FailureThreshold: 1, AgentPort: port}
+	p, changes := startProberWith(t, cfg, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"))
+	if got := p.Health("node-a"); got != Up {
+		t.Fatalf("node-a %v before the stall, want up", got)
+	}
+	stallsBefore, _ := testutil.GetCounterMetricValue(proberStalls)
+	drain(changes)
+
+	// The agent stops first, with the probe of its next turn still to come; the prober
+	// stops as soon as that probe is out, well before its deadline.
+	conn.frozen.Store(true)
+	conn.running.Lock()
+	select {
+	case <-conn.requests:
+	case <-time.After(2 * interval):
+		t.Fatal("no probe arrived while the agent was stopped")
+	}
+	p.sched.mu.Lock()
+	time.Sleep(3 * interval / 4) // the stall: three timeouts
+	p.sched.mu.Unlock()
+	resumed := time.Now()
+	time.Sleep(5 * time.Millisecond) // the agent resumes a little later
+	conn.frozen.Store(false)
+	conn.running.Unlock()
+
+	// The next probe comes half an interval after the one that waited, at the earliest:
+	// its answer says that the prober has judged the one across the stall.
+	eventually(t, 2*time.Second, "an answer to a probe sent after the stall", func() bool {
+		return p.Agents()["node-a"].LastAnswer.After(resumed.Add(interval / 2))
+	})
+	select {
+	case n := <-changes:
+		t.Errorf("%s changed to %v across the stall, want no change", n, p.Health(n))
+	default:
+	}
+	if got := p.Health("node-a"); got != Up {
+		t.Errorf("node-a %v after the stall, want up", got)
+	}
+	if stalls, _ := testutil.GetCounterMetricValue(proberStalls); stalls <= stallsBefore {
+		t.Errorf("baremetal_ccm_prober_stalls_total %v after the stall, want more than %v", stalls, stallsBefore)
+	}
+}
