@@ -203,6 +203,8 @@ func benchProber(b *testing.B) {
 	b.ReportMetric(float64(falseDowns), "false-downs-with-kills")
 	b.ReportMetric(ms(took[len(took)/2]), "detect-p50-ms")
 	b.ReportMetric(ms(took[len(took)*99/100]), "detect-p99-ms")
+	// Each stall gave the probes out a timeout more, which a detection may have waited.
+	b.ReportMetric(counter(proberStalls), "prober-stalls")
 	b.Logf("detection of %d stopped agents: min %v, p50 %v, p99 %v, max %v", len(took), took[0], took[len(took)/2], took[len(took)*99/100], took[len(took)-1])
 
 	if os.Getenv(benchNetns) != "" {
