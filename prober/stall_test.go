@@ -20,7 +20,7 @@ type freezableConn struct {
 	net.PacketConn
 	running sync.RWMutex
 	frozen  atomic.Bool
-	// requests gets a value for each probe request read while frozen.
+	// requests is signalled when a probe request is read while frozen.
 	requests chan struct{}
 }
 

@@ -1,4 +1,4 @@
-package l2_test
+package l2
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/packet"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 )
 
@@ -40,7 +39,7 @@ func TestARPOnTheWire(t *testing.T) {
 	const noise = 200
 	n := netns.ForTest(t, 2)
 	owner, peer := n.Nodes[0], n.Nodes[1]
-	r := listen(t, owner, l2.ListenARP)
+	r := listen(t, owner, ListenARP)
 	t.Cleanup(func() { r.Close() })
 	go r.Serve()
 	conn := listen(t, peer, func(ifi *net.Interface) (*packet.Conn, error) {
@@ -66,14 +65,14 @@ func TestARPOnTheWire(t *testing.T) {
 	bcast := &packet.Addr{HardwareAddr: ethernet.Broadcast}
 	for i := range noise {
 		a := netip.AddrFrom4([4]byte{198, 18, 1, byte(i)})
-		if _, err := conn.WriteTo(l2.GratuitousARP(peer.MAC, a), bcast); err != nil {
+		if _, err := conn.WriteTo(GratuitousARP(peer.MAC, a), bcast); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := conn.WriteTo(arpFrame(t, arp.OperationReply, owner.MAC, peer.MAC, a, owner.IPv4), bcast); err != nil {
+		if _, err := conn.WriteTo(arpFrame(owner.MAC, peer.MAC, arpPacket(t, arp.OperationReply, peer.MAC, a, owner.MAC, owner.IPv4)), bcast); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := conn.WriteTo(arpFrame(t, arp.OperationRequest, ethernet.Broadcast, peer.MAC, peer.IPv4, vip), bcast); err != nil {
+	if _, err := conn.WriteTo(arpFrame(ethernet.Broadcast, peer.MAC, arpPacket(t, arp.OperationRequest, peer.MAC, peer.IPv4, ethernet.Broadcast, vip)), bcast); err != nil {
 		t.Fatal(err)
 	}
 
@@ -118,19 +117,12 @@ func awaitReply(conn *packet.Conn, mac net.HardwareAddr, addr netip.Addr) error 
 	}
 }
 
-func arpFrame(t *testing.T, op arp.Operation, dst, src net.HardwareAddr, from, to netip.Addr) []byte {
+// arpPacket is arp.NewPacket, failing the test on a bad argument.
+func arpPacket(t *testing.T, op arp.Operation, srcMAC net.HardwareAddr, srcIP netip.Addr, dstMAC net.HardwareAddr, dstIP netip.Addr) *arp.Packet {
 	t.Helper()
-	p, err := arp.NewPacket(op, src, from, dst, to)
+	p, err := arp.NewPacket(op, srcMAC, srcIP, dstMAC, dstIP)
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload, err := p.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := (&ethernet.Frame{Destination: dst, Source: src, EtherType: ethernet.EtherTypeARP, Payload: payload}).MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return p
 }
