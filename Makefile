@@ -4,7 +4,9 @@ GO       ?= go
 TOOLSBIN := hack/tools/bin
 BIN      := bin
 PKGS     := ./...
-VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo dev))
+# Untagged: v0.0.0-g<short commit>. The g keeps it SemVer (the chart's version) when the
+# short commit is all digits with a leading zero, which SemVer forbids.
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-$$(c=$$(git rev-parse --short HEAD 2>/dev/null) && echo g$$c || echo dev))
 COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
 # The build date is the commit's, never the clock's, so that two builds of one commit are
 # the same to the byte (binaries and images); SOURCE_DATE_EPOCH overrides it, as in other
