@@ -75,18 +75,33 @@ demo: ## Root, Linux: the whole product on one machine, with a failover (first r
 	@BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(BIN)/baremetal-demo
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kube-controller-manager and kube-proxy for the integration tests into hack/tools/bin (first time ~10 min, up to an hour on a busy machine)
+tools: ## Build kube-apiserver, etcd, kube-controller-manager, kube-proxy, kube-scheduler, kubelet and kubectl for the integration tests into hack/tools/bin (first time ~15 min, up to an hour on a busy machine)
 	./hack/build-tools.sh
 
 .PHONY: helm
 helm: ## Build helm for the chart's tests (lint, template) into hack/tools/bin (first time ~5 min)
 	./hack/build-helm.sh
 
+.PHONY: containerd
+containerd: ## Build containerd, its runc shim and ctr for the install test's kubelets into hack/tools/bin (first time ~1 min)
+	./hack/build-containerd.sh
+
 .PHONY: test
-test: tools helm build test-images upgrade-images fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
+test: tools helm containerd build test-images upgrade-images node-images fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent \
 	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_UPGRADE_IMAGES=$(abspath $(UPGRADE_BIN)) \
+	BAREMETAL_IMAGE_VERSION=$(VERSION) BAREMETAL_NODE_IMAGES=$(abspath $(NODE_BIN)) \
 		$(GO) test -race -count=1 $(PKGS)
+
+# The install test's kubelets run every pod's sandbox from this image.
+NODE_BIN := $(BIN)/node
+
+.PHONY: node-images
+node-images: ## The pause image of the install test's kubelets (hack/pause), for this machine's architecture, into bin/node
+	@arch=$$($(GO) env GOARCH); \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -o $(NODE_BIN)/linux_$$arch/baremetal-pause ./hack/pause && \
+	$(GO) -C hack/image run . build -programs baremetal-pause -bin $(abspath $(NODE_BIN)) -platforms linux/$$arch \
+		-registry localhost/baremetal-test -version test -revision $(COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH)
 
 # The end-to-end TestUpgrade moves from the images of bin/ to these: the same programs
 # stamped with another version, so other images.

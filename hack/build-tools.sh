@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the kube-apiserver, etcd, kube-controller-manager and kube-proxy that the
-# integration tests run against, from the tools module in hack/tools, into hack/tools/bin.
+# Builds the kube-apiserver, etcd, kube-controller-manager, kube-proxy, kube-scheduler,
+# kubelet and kubectl that the integration tests run against, from the tools module in
+# hack/tools, into hack/tools/bin.
 # The build is skipped when the binaries there were built from the same go.sum with the
 # same Go version.
 set -euo pipefail
@@ -13,7 +14,7 @@ k8s_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$tools/go.mod"
 stamp="$(go env GOVERSION) $(sha256sum "$tools/go.sum" | cut -d' ' -f1)"
 
 # The Kubernetes programs, built from k8s.io/kubernetes/cmd/<name>.
-kube=(kube-apiserver kube-controller-manager kube-proxy)
+kube=(kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubelet kubectl)
 
 up_to_date=true
 for b in etcd "${kube[@]}"; do

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -54,9 +55,18 @@ var programs = []program{
 	},
 }
 
+// testPrograms are images that only the tests run.
+var testPrograms = []program{
+	{
+		name:        "baremetal-pause",
+		description: "pod sandbox process of the install test's containerd: holds a pod's namespaces until SIGTERM",
+		user:        nonroot,
+	},
+}
+
 // lookup returns the program named name.
 func lookup(name string) (program, error) {
-	for _, p := range programs {
+	for _, p := range slices.Concat(programs, testPrograms) {
 		if p.name == name {
 			return p, nil
 		}

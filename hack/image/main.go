@@ -1,7 +1,7 @@
 // Command image builds the container images of baremetal-ccm and baremetal-agent without a
 // container engine, and pushes them.
 //
-//	image build -bin DIR -platforms linux/amd64,linux/arm64 -registry R -version V -revision SHA -source-date-epoch N
+//	image build -bin DIR -platforms linux/amd64,linux/arm64 -registry R -version V -revision SHA -source-date-epoch N [-programs baremetal-ccm,baremetal-agent]
 //	image push -bin DIR -registry R -version V
 //
 // build reads the static binaries DIR/<os>_<arch>/<name> and writes, for each program, one
@@ -62,6 +62,7 @@ func build(args []string) error {
 	version := fs.String("version", "", "version: the images' tag and org.opencontainers.image.version")
 	revision := fs.String("revision", "", "git commit built, for org.opencontainers.image.revision")
 	epoch := fs.String("source-date-epoch", "", "Unix time of every timestamp in the images: the commit's")
+	names := fs.String("programs", "baremetal-ccm,baremetal-agent", "programs to build an image of, comma-separated")
 	fs.Parse(args)
 	if *registry == "" || *version == "" || *revision == "" || *epoch == "" {
 		return errors.New("-registry, -version, -revision and -source-date-epoch are required")
@@ -75,7 +76,11 @@ func build(args []string) error {
 		return err
 	}
 	s := stamp{version: *version, revision: *revision, created: created}
-	for _, p := range programs {
+	for _, name := range strings.Split(*names, ",") {
+		p, err := lookup(name)
+		if err != nil {
+			return err
+		}
 		out, digest, err := buildArchive(p, *bin, platforms, *registry, s)
 		if err != nil {
 			return err

@@ -34,9 +34,10 @@ const (
 // errControlPlaneStopping is the error of StartControllerManager once Stop has begun.
 var errControlPlaneStopping = errors.New("start kube-controller-manager: the control plane is stopped")
 
-// ControllerManager is a real kube-controller-manager that runs only the EndpointSlice
-// controller, so that the EndpointSlices of Services with a selector follow their Pods as
-// in a cluster. Tests that have no kubelet play its part by writing the Pods' status.
+// ControllerManager is a real kube-controller-manager that runs the controllers it was
+// started with: by default only the EndpointSlice controller, so that the EndpointSlices
+// of Services with a selector follow their Pods as in a cluster. Tests that have no
+// kubelet play its part by writing the Pods' status.
 // Its methods are safe for concurrent use.
 type ControllerManager struct {
 	p        *process.Process
@@ -45,18 +46,22 @@ type ControllerManager struct {
 	stopErr  error
 }
 
-// StartControllerManager starts kube-controller-manager against c with the EndpointSlice
-// controller alone, and returns once its /healthz passes and lists that controller. ctx
-// bounds only the start. It runs until its Stop, or until c stops, whichever comes first.
+// StartControllerManager starts kube-controller-manager against c with the named
+// controllers (their names in --controllers, such as "deployment-controller"), the
+// EndpointSlice controller alone when none is named, and returns once its /healthz passes
+// and lists each of them. ctx bounds only the start. It runs until its Stop, or until c stops, whichever comes first.
 // A missing binary gives an error wrapping ErrBinaryNotFound.
 //
 // It authenticates as user system:kube-controller-manager with a client certificate of
-// its own, and runs the controller with the credentials of the ServiceAccount
-// kube-system/endpointslice-controller (--use-service-account-credentials), so that
+// its own, and runs each controller with the credentials of its ServiceAccount in
+// kube-system, such as endpointslice-controller (--use-service-account-credentials), so that
 // only kube-apiserver's bootstrap RBAC roles apply, as in a kubeadm cluster. Leader
 // election is off; it serves /healthz on a free loopback port with a self-signed
 // certificate it makes in memory.
-func (c *ControlPlane) StartControllerManager(ctx context.Context) (*ControllerManager, error) {
+func (c *ControlPlane) StartControllerManager(ctx context.Context, controllers ...string) (*ControllerManager, error) {
+	if len(controllers) == 0 {
+		controllers = []string{endpointSliceController}
+	}
 	bin, err := Binary("kube-controller-manager")
 	if err != nil {
 		return nil, err
@@ -82,7 +87,7 @@ func (c *ControlPlane) StartControllerManager(ctx context.Context) (*ControllerM
 	ctx, cancel := context.WithTimeout(ctx, defaultStartTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		m, err := c.startControllerManager(ctx, bin, kubeconfig.Name())
+		m, err := c.startControllerManager(ctx, bin, kubeconfig.Name(), controllers)
 		if err == nil {
 			return m, nil
 		}
@@ -92,7 +97,7 @@ func (c *ControlPlane) StartControllerManager(ctx context.Context) (*ControllerM
 	}
 }
 
-func (c *ControlPlane) startControllerManager(ctx context.Context, bin, kubeconfig string) (*ControllerManager, error) {
+func (c *ControlPlane) startControllerManager(ctx context.Context, bin, kubeconfig string, controllers []string) (*ControllerManager, error) {
 	ports, err := freePorts(1)
 	if err != nil {
 		return nil, err
@@ -100,7 +105,7 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, bin, kubeconf
 	port := ports[0]
 	p, err := process.Start("kube-controller-manager", bin,
 		"--kubeconfig="+kubeconfig,
-		"--controllers="+endpointSliceController,
+		"--controllers="+strings.Join(controllers, ","),
 		"--use-service-account-credentials=true",
 		// Thousands of Services (the failover benchmark's 5,000) get their slices in
 		// seconds rather than the minutes of the default 20 requests a second.
@@ -115,7 +120,7 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, bin, kubeconf
 		return nil, err
 	}
 	m := &ControllerManager{p: p}
-	if err := m.waitHealthy(ctx, "https://"+loopbackAddress(port)+"/healthz?verbose"); err != nil {
+	if err := waitHealthy(ctx, m.p, "https://"+loopbackAddress(port)+"/healthz?verbose", controllers); err != nil {
 		_ = p.Kill()
 		return nil, err
 	}
@@ -130,10 +135,11 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, bin, kubeconf
 	return m, nil
 }
 
-// waitHealthy waits until url, the verbose /healthz, passes with the EndpointSlice
-// controller's check among those it lists: the check is added once the controller is
-// built, so that is when the controller manager runs what it should.
-func (m *ControllerManager) waitHealthy(ctx context.Context, url string) error {
+// waitHealthy waits until url, the verbose /healthz of p (kube-controller-manager or
+// kube-scheduler), passes with a check of each of checks among those it lists: a
+// controller's check is added once the controller is built, so that is when the
+// controller manager runs what it should.
+func waitHealthy(ctx context.Context, p *process.Process, url string, checks []string) error {
 	// The serving certificate is self-signed and made in memory: nothing to check it
 	// against. The request carries no credentials; /healthz is open to anyone.
 	client := &http.Client{
@@ -142,21 +148,21 @@ func (m *ControllerManager) waitHealthy(ctx context.Context, url string) error {
 	}
 	var lastErr error
 	for {
-		lastErr = checkControllerManager(ctx, client, url)
+		lastErr = checkHealthz(ctx, client, url, checks)
 		if lastErr == nil {
 			return nil
 		}
 		select {
-		case <-m.p.Exited():
-			return startError(m.p, "kube-controller-manager exited before healthy: %s", exitStatus(m.p))
+		case <-p.Exited():
+			return startError(p, "%s exited before healthy: %s", p.Name(), exitStatus(p))
 		case <-ctx.Done():
-			return startError(m.p, "kube-controller-manager not healthy: %v (last check: %v)", context.Cause(ctx), lastErr)
+			return startError(p, "%s not healthy: %v (last check: %v)", p.Name(), context.Cause(ctx), lastErr)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-func checkControllerManager(ctx context.Context, client *http.Client, url string) error {
+func checkHealthz(ctx context.Context, client *http.Client, url string, checks []string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -173,8 +179,10 @@ func checkControllerManager(ctx context.Context, client *http.Client, url string
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("/healthz: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
-	if want := "[+]" + endpointSliceController + " ok"; !strings.Contains(string(body), want) {
-		return fmt.Errorf("/healthz does not list %q yet", want)
+	for _, check := range checks {
+		if want := "[+]" + check + " ok"; !strings.Contains(string(body), want) {
+			return fmt.Errorf("/healthz does not list %q yet", want)
+		}
 	}
 	return nil
 }

@@ -49,6 +49,13 @@ import (
 // first, so single-stack Services without an ipFamilies field get IPv4.
 const ServiceClusterIPRanges = "10.96.0.0/16,fd00:10:96::/112"
 
+// KubernetesServiceIPv4 and KubernetesServiceIPv6 are the ClusterIPs of the kubernetes
+// Service, the first of each range, which kube-apiserver's serving certificate names.
+const (
+	KubernetesServiceIPv4 = "10.96.0.1"
+	KubernetesServiceIPv6 = "fd00:10:96::1"
+)
+
 const (
 	defaultStartTimeout = 60 * time.Second
 	// kube-apiserver drains requests and closes watches on SIGTERM, which takes well
@@ -212,8 +219,11 @@ func (c *ControlPlane) writePKI() (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The first address of each Service range is the kubernetes Service's ClusterIP, which
+	// pods reach the API server at, as in a cluster.
 	serving, err := servingCA.issueServing("kube-apiserver",
-		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, []string{"localhost"})
+		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP(KubernetesServiceIPv4), net.ParseIP(KubernetesServiceIPv6)},
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"})
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(editInstallEnv) != "" {
+		// The $EDITOR of TestInstall's README commands, not a test run.
+		if err := editInstall(os.Args[len(os.Args)-1]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	// Every Service of the tests is externalTrafficPolicy Local, which takes a health
 	// check node port: the default range has 2,768, the failover benchmark makes 5,000.
 	os.Exit(controlplane.RunTests(m, controlplane.WithAPIServerFlag("service-node-port-range", "20000-32767")))

@@ -359,6 +359,11 @@ func deleteNamespace(name string) error {
 // killGrace bounds how long killAll waits for killed processes to be gone.
 const killGrace = 5 * time.Second
 
+// KillAll sends SIGKILL to every process in the host's namespace, what its programs
+// started too (a container runtime's shims and containers, say), and waits until they
+// have exited.
+func (h *Host) KillAll(ctx context.Context) error { return killAll(ctx, h.Name) }
+
 // killAll sends SIGKILL to every process in the namespace called name and waits until
 // they have exited.
 func killAll(ctx context.Context, name string) error {
