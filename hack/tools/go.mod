@@ -1,6 +1,7 @@
-// Tools module: builds the real kube-apiserver, etcd, kube-controller-manager and
-// kube-proxy that the integration tests run against. It lives apart from the project's
-// go.mod so that the project never depends on k8s.io/kubernetes.
+// Tools module: builds the real kube-apiserver, etcd, kube-controller-manager, kube-proxy,
+// kube-scheduler, kubelet and kubectl that the integration and end-to-end tests run. It
+// lives apart from the project's go.mod so that the project never depends on
+// k8s.io/kubernetes.
 module github.com/cloud-provider-baremetal/cloud-provider-baremetal/hack/tools
 
 go 1.26.0

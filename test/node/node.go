@@ -39,6 +39,8 @@ const (
 	startLimit = 2 * time.Minute
 	// logTailLines is how much of a log a start error quotes.
 	logTailLines = 30
+	// containerLogLines is how much of each container's log Logs quotes.
+	containerLogLines = 80
 )
 
 // Config is what a node is made of.
@@ -254,13 +256,28 @@ func archiveImage(path string) (string, error) {
 // names the image by.
 const imageNameAnnotation = "io.containerd.image.name"
 
-// Logs returns what containerd and the kubelet have printed, for a failed test.
+// Logs returns what containerd and the kubelet have printed, and the end of the log of
+// every container the kubelet ran, for a failed test.
 func (n *Node) Logs() string {
 	var b strings.Builder
 	for _, p := range []*process.Process{n.containerd, n.kubelet} {
 		if p != nil {
 			fmt.Fprintf(&b, "%s log:\n%s\n", p.Name(), p.Logs())
 		}
+	}
+	// The kubelet keeps them as <namespace>_<pod>_<uid>/<container>/<restart>.log.
+	logs, _ := filepath.Glob(filepath.Join(n.cfg.Dir, "pod-logs", "*", "*", "*.log"))
+	for _, path := range logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > containerLogLines {
+			lines = lines[len(lines)-containerLogLines:]
+		}
+		rel, _ := filepath.Rel(filepath.Join(n.cfg.Dir, "pod-logs"), path)
+		fmt.Fprintf(&b, "container %s on %s, last %d lines:\n%s\n", rel, n.cfg.Host.Label, len(lines), strings.Join(lines, "\n"))
 	}
 	return b.String()
 }
