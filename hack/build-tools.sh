@@ -37,7 +37,7 @@ cd "$tools"
 # about 10; 33 CPU-minutes), of which kube-controller-manager and kube-proxy took 9, as
 # they share most packages with kube-apiserver. etcd and kube-apiserver alone took 8
 # minutes on 2 idle cores, so expect about 10 there.
-echo "tools: building etcd (a cold build of all four takes about 10 minutes on 2 idle cores, up to an hour on a busy machine)"
+echo "tools: building etcd (a cold build of all seven took 15 minutes on 2 idle cores, up to an hour on a busy machine)"
 CGO_ENABLED=0 go build -trimpath -o "$bin/etcd" go.etcd.io/etcd/server/v3
 for b in "${kube[@]}"; do
 	echo "tools: building $b $k8s_version"
