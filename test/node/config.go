@@ -53,6 +53,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   # Lowering a process's oom_score_adj needs CAP_SYS_RESOURCE, which a machine that runs
   # the tests in a container may not have: the sandbox's -998 would make runc fail.
   restrict_oom_score_adj = true
+  # The pods' network namespaces under the node's directory, not in the machine's
+  # /var/run/netns: Close unmounts them with the rest, and a test never leaves one behind.
+  netns_mounts_under_state_dir = true
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = [%q]
