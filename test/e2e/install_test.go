@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -174,10 +173,12 @@ func TestInstall(t *testing.T) {
 		return apierrors.IsNotFound(err), client(err)
 	}, "the namespace baremetal-system")
 	for _, n := range nodes {
+		var left string
 		waitFor(t, func() (bool, error) {
 			out, err := n.Ctr(ctx, "containers", "list", "-q")
-			return err == nil && strings.TrimSpace(out) == "", err
-		}, "the containers on a node")
+			left = strings.Join(strings.Fields(out), " ")
+			return err == nil && left == "", err
+		}, "no container left on a node", &left)
 	}
 }
 
@@ -470,7 +471,7 @@ func waitAnnounced(t *testing.T, admin kubernetes.Interface, not string) (netip.
 func waitResolves(t *testing.T, network *netns.Network, addr netip.Addr, label string) {
 	t.Helper()
 	want := hostByLabel(t, network, label).MAC
-	var got net.HardwareAddr
+	var got string
 	waitFor(t, func() (bool, error) {
 		if err := network.Client.FlushNeighbors(); err != nil {
 			return false, err
@@ -478,9 +479,9 @@ func waitResolves(t *testing.T, network *netns.Network, addr netip.Addr, label s
 		// The reply does not matter: the request makes the kernel resolve addr.
 		_ = network.Client.Ping(addr, 200*time.Millisecond)
 		mac, _, err := network.Client.Neighbor(addr)
-		got = mac
+		got = mac.String()
 		return bytes.Equal(mac, want), err
-	}, fmt.Sprintf("%s to resolve to %s, the MAC of %s (last: %v)", addr, want, label, got))
+	}, fmt.Sprintf("%s to resolve to %s, the MAC of %s", addr, want, label), &got)
 }
 
 // hostByLabel returns the node of net called label.
@@ -495,8 +496,9 @@ func hostByLabel(t *testing.T, network *netns.Network, label string) *netns.Host
 	return nil
 }
 
-// waitFor waits up to two minutes for done to report true, failing on its error.
-func waitFor(t *testing.T, done func() (bool, error), what string) {
+// waitFor waits up to two minutes for done to report true, failing on its error. A
+// timeout names what, and what *last holds then, when done keeps its last state there.
+func waitFor(t *testing.T, done func() (bool, error), what string, last ...*string) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -508,6 +510,9 @@ func waitFor(t *testing.T, done func() (bool, error), what string) {
 			return
 		}
 		if time.Now().After(deadline) {
+			for _, l := range last {
+				what += " (last: " + *l + ")"
+			}
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(200 * time.Millisecond)

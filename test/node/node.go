@@ -10,6 +10,7 @@ package node
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -192,16 +193,21 @@ func (n *Node) wait(ctx context.Context, p *process.Process, check func() error)
 
 // Ctr runs ctr against the node's containerd, in the namespace the CRI keeps its images
 // and containers in, as README's commands do on a node (`ctr -n k8s.io ...`), and returns
-// its output.
+// its standard output.
 func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
 	bin, err := controlplane.Binary("ctr")
 	if err != nil {
 		return "", err
 	}
 	full := append([]string{"--address", n.socket, "-n", "k8s.io"}, args...)
-	out, err := exec.CommandContext(ctx, bin, full...).CombinedOutput()
+	// Only stdout is the answer: ctr warns on stderr (deprecations, for one) even when
+	// it succeeds, and a caller parses what it lists.
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, full...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("node %s: ctr %s: %w: %s", n.cfg.Host.Label, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return string(out), fmt.Errorf("node %s: ctr %s: %w: %s", n.cfg.Host.Label, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
 }
