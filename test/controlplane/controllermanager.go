@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -72,29 +71,15 @@ func (c *ControlPlane) StartControllerManager(ctx context.Context, controllers .
 	if stopping {
 		return nil, errControlPlaneStopping
 	}
-	config, err := c.UserConfig("system:kube-controller-manager")
+	kubeconfig, err := c.componentKubeconfig("system:kube-controller-manager", "kube-controller-manager")
 	if err != nil {
-		return nil, err
-	}
-	kubeconfig, err := os.CreateTemp(c.dir.path, "kube-controller-manager-*.kubeconfig")
-	if err != nil {
-		return nil, fmt.Errorf("create kube-controller-manager kubeconfig: %w", err)
-	}
-	kubeconfig.Close()
-	if err := writeKubeconfig(config, kubeconfig.Name()); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, defaultStartTimeout)
 	defer cancel()
-	for attempt := 1; ; attempt++ {
-		m, err := c.startControllerManager(ctx, bin, kubeconfig.Name(), controllers)
-		if err == nil {
-			return m, nil
-		}
-		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
-			return nil, err
-		}
-	}
+	return retryPortTaken(func() (*ControllerManager, error) {
+		return c.startControllerManager(ctx, bin, kubeconfig, controllers)
+	})
 }
 
 func (c *ControlPlane) startControllerManager(ctx context.Context, bin, kubeconfig string, controllers []string) (*ControllerManager, error) {

@@ -131,19 +131,41 @@ func Start(ctx context.Context, opts ...Option) (*ControlPlane, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.startTimeout)
 	defer cancel()
 
-	for attempt := 1; ; attempt++ {
-		c, err := start(ctx, bins, o)
-		if err == nil {
-			return c, nil
-		}
-		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
-			return nil, err
-		}
-	}
+	return retryPortTaken(func() (*ControlPlane, error) { return start(ctx, bins, o) })
 }
 
 // errPortTaken marks a start that failed because a child lost the race for its port.
 var errPortTaken = errors.New("port taken")
+
+// retryPortTaken calls start until it succeeds, fails for another reason than
+// errPortTaken, or has been tried startAttempts times: the free port a child is given can
+// be taken by another process before the child binds it.
+func retryPortTaken[T any](start func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := start()
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == startAttempts {
+			return v, err
+		}
+	}
+}
+
+// componentKubeconfig writes a kubeconfig for user, with a client certificate of its
+// own, into c's directory and returns its path; name is the program that reads it.
+func (c *ControlPlane) componentKubeconfig(user, name string) (string, error) {
+	config, err := c.UserConfig(user)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(c.dir.path, name+"-*.kubeconfig")
+	if err != nil {
+		return "", fmt.Errorf("create %s kubeconfig: %w", name, err)
+	}
+	f.Close()
+	if err := writeKubeconfig(config, f.Name()); err != nil {
+		return "", err
+	}
+	return f.Name(), nil
+}
 
 func start(ctx context.Context, bins binaries, o options) (_ *ControlPlane, err error) {
 	dir, err := makeLockedTempDir()

@@ -2,9 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 	"strconv"
 	"time"
 
@@ -27,29 +24,13 @@ func (c *ControlPlane) StartScheduler(ctx context.Context) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	config, err := c.UserConfig("system:kube-scheduler")
+	kubeconfig, err := c.componentKubeconfig("system:kube-scheduler", "kube-scheduler")
 	if err != nil {
-		return nil, err
-	}
-	kubeconfig, err := os.CreateTemp(c.dir.path, "kube-scheduler-*.kubeconfig")
-	if err != nil {
-		return nil, fmt.Errorf("create kube-scheduler kubeconfig: %w", err)
-	}
-	kubeconfig.Close()
-	if err := writeKubeconfig(config, kubeconfig.Name()); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, defaultStartTimeout)
 	defer cancel()
-	for attempt := 1; ; attempt++ {
-		s, err := startScheduler(ctx, bin, kubeconfig.Name())
-		if err == nil {
-			return s, nil
-		}
-		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
-			return nil, err
-		}
-	}
+	return retryPortTaken(func() (*Scheduler, error) { return startScheduler(ctx, bin, kubeconfig) })
 }
 
 func startScheduler(ctx context.Context, bin, kubeconfig string) (*Scheduler, error) {

@@ -129,21 +129,39 @@ func inCI() bool {
 }
 
 // ControllerManagerForTest starts kube-controller-manager against c for the test, as
-// StartControllerManager does, ending the test as SkipOrFail does when it cannot. It is
-// stopped when the test ends, after its log is logged if the test failed.
-func ControllerManagerForTest(t testing.TB, c *ControlPlane) *ControllerManager {
+// StartControllerManager does with controllers, ending the test as SkipOrFail does when it
+// cannot. It is stopped when the test ends, after its log is logged if the test failed.
+func ControllerManagerForTest(t testing.TB, c *ControlPlane, controllers ...string) *ControllerManager {
 	t.Helper()
-	m, err := c.StartControllerManager(t.Context())
+	m, err := c.StartControllerManager(t.Context(), controllers...)
 	if err != nil {
 		SkipOrFail(t, err)
 	}
+	stopForTest(t, "kube-controller-manager", m.Logs, m.Stop)
+	return m
+}
+
+// SchedulerForTest starts kube-scheduler against c for the test, as StartScheduler does,
+// ending the test as SkipOrFail does when it cannot. It is stopped when the test ends,
+// after its log is logged if the test failed.
+func SchedulerForTest(t testing.TB, c *ControlPlane) *Scheduler {
+	t.Helper()
+	s, err := c.StartScheduler(t.Context())
+	if err != nil {
+		SkipOrFail(t, err)
+	}
+	stopForTest(t, "kube-scheduler", s.Logs, s.Stop)
+	return s
+}
+
+// stopForTest stops the program called name when t ends, logging its log first if t failed.
+func stopForTest(t testing.TB, name string, logs func() string, stop func() error) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kube-controller-manager log:\n%s", m.Logs())
+			t.Logf("%s log:\n%s", name, logs())
 		}
-		if err := m.Stop(); err != nil {
-			t.Errorf("stop kube-controller-manager: %v", err)
+		if err := stop(); err != nil {
+			t.Errorf("stop %s: %v", name, err)
 		}
 	})
-	return m
 }

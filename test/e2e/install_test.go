@@ -78,26 +78,8 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kcm, err := cp.StartControllerManager(ctx, installControllers...)
-	if err != nil {
-		controlplane.SkipOrFail(t, err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kube-controller-manager log:\n%s", kcm.Logs())
-		}
-		kcm.Stop()
-	})
-	sched, err := cp.StartScheduler(ctx)
-	if err != nil {
-		controlplane.SkipOrFail(t, err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kube-scheduler log:\n%s", sched.Logs())
-		}
-		sched.Stop()
-	})
+	controlplane.ControllerManagerForTest(t, cp, installControllers...)
+	controlplane.SchedulerForTest(t, cp)
 
 	t.Cleanup(func() {
 		if t.Failed() {
