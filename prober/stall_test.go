@@ -4,7 +4,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,25 +13,28 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
-// freezableConn is an agent's socket on a host that can stop: while frozen, a datagram
-// that arrives is read but handled only once the host runs again.
+// freezableConn is an agent's socket on a host that can stop: while running is locked, a
+// datagram that arrives is read but handled only once the host runs again.
 type freezableConn struct {
 	net.PacketConn
 	running sync.RWMutex
-	frozen  atomic.Bool
-	// requests is signalled when a probe request is read while frozen.
+	// requests is signalled when a probe request is read while the host is stopped.
 	requests chan struct{}
 }
 
 func (c *freezableConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	n, from, err := c.PacketConn.ReadFrom(b)
-	if c.frozen.Load() && err == nil && !probe.IsVerdict(b[:n]) && !probe.IsDuty(b[:n]) {
-		select {
-		case c.requests <- struct{}{}:
-		default:
+	// TryRLock fails as soon as the host starts stopping, so a request read in that
+	// moment is held and signalled, never held in silence.
+	if !c.running.TryRLock() {
+		if err == nil && !probe.IsVerdict(b[:n]) && !probe.IsDuty(b[:n]) {
+			select {
+			case c.requests <- struct{}{}:
+			default:
+			}
 		}
+		c.running.RLock()
 	}
-	c.running.RLock()
 	c.running.RUnlock()
 	return n, from, err
 }
@@ -65,7 +67,6 @@ func TestStallIsNoMiss(t *testing.T) {
 
 	// The agent stops first, with the probe of its next turn still to come; the prober
 	// stops as soon as that probe is out, well before its deadline.
-	conn.frozen.Store(true)
 	conn.running.Lock()
 	select {
 	case <-conn.requests:
@@ -77,7 +78,6 @@ func TestStallIsNoMiss(t *testing.T) {
 	p.sched.mu.Unlock()
 	resumed := time.Now()
 	time.Sleep(5 * time.Millisecond) // the agent resumes a little later
-	conn.frozen.Store(false)
 	conn.running.Unlock()
 
 	// The next probe comes half an interval after the one that waited, at the earliest:

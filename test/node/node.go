@@ -200,8 +200,8 @@ func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
 		return "", err
 	}
 	full := append([]string{"--address", n.socket, "-n", "k8s.io"}, args...)
-	// Only stdout is the answer: ctr warns on stderr (deprecations, for one) even when
-	// it succeeds, and a caller parses what it lists.
+	// Only stdout is the answer: ctr can write to stderr when it succeeds, and a caller
+	// parses what it lists.
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, full...)
 	cmd.Stderr = &stderr

@@ -173,8 +173,9 @@ func AskUntil(ctx context.Context, dial DialFunc, addr netip.AddrPort, attempt t
 type Request struct {
 	// Start is when the request was sent.
 	Start time.Time
-	// OK says the server answered within the timeout.
-	OK bool
+	// OK says the server answered within the timeout; Err says why not, when it did not.
+	OK  bool
+	Err error
 	// Node is the name of the node whose server answered, from Serve or ServePod.
 	Node string
 	// Pod is the pod that answered, and ClientAddr the client address it saw, when a
@@ -215,7 +216,7 @@ func Start(dial DialFunc, addr netip.AddrPort, interval, timeout time.Duration) 
 				ctx, cancel := context.WithDeadline(context.Background(), r.Start.Add(timeout))
 				defer cancel()
 				a, err := Ask(ctx, dial, addr)
-				r.OK, r.Node, r.Pod, r.ClientAddr = err == nil, a.Node, a.Pod, a.Client
+				r.OK, r.Err, r.Node, r.Pod, r.ClientAddr = err == nil, err, a.Node, a.Pod, a.Client
 				c.mu.Lock()
 				c.requests = append(c.requests, r)
 				c.mu.Unlock()
