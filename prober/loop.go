@@ -62,9 +62,10 @@ type sched struct {
 	pending map[uint64]*agentProbe // probes out, by nonce
 	// nonces are fresh random nonces, from a generator no one can predict: a reply can
 	// then only be made, or replayed, by whoever holds the key and saw the request.
-	nonces  *rand.ChaCha8
-	effects []effect
-	iso     isolation
+	nonces   *rand.ChaCha8
+	effects  []effect
+	iso      isolation
+	sendErrs sendErrors
 }
 
 // newSched opens the sockets of a Run.
@@ -166,6 +167,7 @@ func (s *sched) run(ctx context.Context) {
 		if !wakeAt.IsZero() && now.Sub(wakeAt) > s.timeout {
 			s.resumeLocked(wakeAt, now)
 		}
+		s.sendErrs.flush(now)
 		jobs = jobs[:0]
 		unread := -1 // not asked yet
 		for len(s.heap) > 0 && !s.heap[0].due.After(now) {
@@ -299,12 +301,12 @@ func (s *sched) sendFailed(a *agentProbe, nonce uint64, err error) {
 	}
 	delete(s.pending, nonce)
 	a.out = false
+	now := time.Now()
+	probeSendErrors.Inc()
 	if a.sendErrs++; a.sendErrs == 1 {
-		// Once per run of failures: at thousands of agents, a firewall on this host would
-		// otherwise log thousands of lines a second.
-		klog.ErrorS(err, "Cannot send a probe to an agent; trying again with backoff", "node", a.node, "address", a.addr)
+		s.sendErrs.began(a.node, a.addr, err, now) // once per run of failures
 	}
-	s.endLocked(a, missed, time.Now(), 0, true)
+	s.endLocked(a, missed, now, 0, true)
 	effects := s.takeEffectsLocked()
 	s.mu.Unlock()
 	s.p.apply(effects)

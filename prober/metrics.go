@@ -16,6 +16,12 @@ var (
 		Help:           "Health probes sent to node agents.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	probeSendErrors = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_probe_send_errors_total",
+		Help:           "Health probes this host could not send (no route, a firewall on this host); the agent's next ones are retried with backoff.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	probeRTT = metrics.NewHistogram(&metrics.HistogramOpts{
 		Subsystem:      subsystem,
 		Name:           "agent_probe_rtt_seconds",
@@ -92,6 +98,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls)
+		legacyregistry.MustRegister(probesSent, probeSendErrors, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls)
 	})
 }

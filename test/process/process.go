@@ -5,7 +5,6 @@
 package process
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,9 +12,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/logs"
 )
 
 // waitDelay bounds how long a Process keeps reading output after its child has exited,
@@ -28,7 +28,7 @@ type Process struct {
 	name string
 	pid  int
 	cmd  *exec.Cmd
-	log  logBuffer
+	log  logs.Buffer
 
 	exited  chan struct{} // closed once the child has exited and been reaped
 	waitErr error         // what cmd.Wait returned; read only after exited is closed
@@ -190,7 +190,7 @@ func (p *Process) Logs() string { return p.log.String() }
 
 // Tail returns the last n lines the child has printed so far, without the final
 // newline.
-func (p *Process) Tail(n int) string { return p.log.tail(n) }
+func (p *Process) Tail(n int) string { return p.log.Tail(n) }
 
 func (p *Process) hasExited() bool {
 	select {
@@ -207,38 +207,6 @@ func (p *Process) exitStatus() string {
 		return "exit status 0"
 	}
 	return p.waitErr.Error()
-}
-
-// logBuffer collects a child's output. exec.Cmd copies into it from its own goroutine
-// while tests may read it, hence the lock.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(data []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(data)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// tail returns the last n lines of the log.
-func (b *logBuffer) tail(n int) string {
-	s := strings.TrimRight(b.String(), "\n")
-	if s == "" || n <= 0 {
-		return ""
-	}
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // Alive reports whether pid is a process that has not exited. One that is gone, or a
