@@ -305,7 +305,7 @@ func failover(ctx context.Context, tb *testbed.Cluster, addrs []netip.Addr) erro
 		reqs := c.Stop()
 		before := 0
 		for _, r := range reqs {
-			if r.Start.Before(down) && r.OK {
+			if r.Start.Before(down) && r.OK() {
 				before++
 			}
 		}

@@ -126,7 +126,7 @@ func (c *cluster) waitSteady(t testing.TB, addr netip.Addr, node string) {
 		l := c.startClient(addr)
 		time.Sleep(300 * time.Millisecond) // the window that must be all good
 		reqs := l.Stop()
-		if len(reqs) > 0 && !slices.ContainsFunc(reqs, func(r traffic.Request) bool { return !r.OK || r.Node != node }) {
+		if len(reqs) > 0 && !slices.ContainsFunc(reqs, func(r traffic.Request) bool { return !r.OK() || r.Node != node }) {
 			return
 		}
 	}
@@ -155,7 +155,7 @@ func waitSwitched(t testing.TB, l *traffic.Client, since time.Time, node string)
 		reqs := l.Requests()
 		if n := len(reqs); n >= traffic.RecoveryStreak {
 			last := reqs[n-traffic.RecoveryStreak:]
-			if !last[0].Start.Before(since) && !slices.ContainsFunc(last, func(r traffic.Request) bool { return !r.OK || r.Node != node }) {
+			if !last[0].Start.Before(since) && !slices.ContainsFunc(last, func(r traffic.Request) bool { return !r.OK() || r.Node != node }) {
 				return
 			}
 		}
@@ -354,7 +354,7 @@ func TestFailover(t *testing.T) {
 		switched := logTime(c.Agent(to).Logs(), start, `"Announcing address"`, `address="`+addr.String()+`"`)
 		for _, r := range reqs {
 			switch {
-			case r.OK:
+			case r.OK():
 			case straddles(r, switched):
 				t.Logf("request at %s was in flight when %s announced the address at %s: %v", r.Start.Format("15:04:05.000"), to, switched.Format("15:04:05.000"), r.Err)
 			default:
@@ -406,7 +406,7 @@ func TestFailover(t *testing.T) {
 		// intervals old): five probe intervals.
 		time.Sleep(500 * time.Millisecond)
 		reqs := l.Stop()
-		if failed := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK }); failed >= 0 {
+		if failed := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK() }); failed >= 0 {
 			t.Errorf("request at %v failed while the ccm was away", reqs[failed].Start)
 		}
 		if got := c.announcer(t, svc); got != owner {
@@ -524,7 +524,7 @@ func TestAPIServerDown(t *testing.T) {
 		reqs := l.Stop()
 		failed := 0
 		for _, r := range reqs {
-			if !r.OK || r.Node != owner {
+			if !r.OK() || r.Node != owner {
 				failed++
 			}
 		}

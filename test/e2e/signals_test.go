@@ -245,7 +245,7 @@ func TestIPv6AddressLost(t *testing.T) {
 		t.Errorf("IPv4 announcer %s, want %s kept", got, a.Label)
 	}
 	reqs := l4.Stop()
-	if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK || r.Node != a.Label }); bad >= 0 {
+	if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK() || r.Node != a.Label }); bad >= 0 {
 		t.Errorf("IPv4 request at %v failed or reached %q, want %s throughout", reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, a.Label)
 	}
 }
@@ -372,7 +372,7 @@ func TestPartitionHeals(t *testing.T) {
 	}
 	for i, l := range clients {
 		reqs := l.Stop()
-		if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return r.Start.After(back) && (!r.OK || r.Node != standby) }); bad >= 0 {
+		if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return r.Start.After(back) && (!r.OK() || r.Node != standby) }); bad >= 0 {
 			t.Errorf("%s: request at %v failed or reached %q after %s came back, want %s", addrs[i], reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, owner.Label, standby)
 		}
 	}
@@ -409,7 +409,7 @@ func TestCCMCutOffFromAgents(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // a window of traffic after the ccm settled, three probe intervals
 	for i, l := range clients {
 		reqs := l.Stop()
-		if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK || r.Node != owner }); bad >= 0 {
+		if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK() || r.Node != owner }); bad >= 0 {
 			t.Errorf("%s: request at %v failed or reached %q while the ccm was cut off, want %s throughout", addrs[i], reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, owner)
 		}
 	}

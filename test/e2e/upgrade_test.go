@@ -91,7 +91,7 @@ func TestUpgrade(t *testing.T) {
 		failed, excused := 0, 0
 		var lone []string
 		for i, r := range reqs {
-			if r.OK {
+			if r.OK() {
 				continue
 			}
 			failed++
@@ -102,7 +102,7 @@ func TestUpgrade(t *testing.T) {
 			// A loss alone, with answered requests either side and no move near it: the
 			// background loss of a busy 2-core machine (about one request in 5,000; see
 			// traffic.RecoveryStreak), which the failover tests count apart as stray too.
-			if i > 0 && i+1 < len(reqs) && reqs[i-1].OK && reqs[i+1].OK {
+			if i > 0 && i+1 < len(reqs) && reqs[i-1].OK() && reqs[i+1].OK() {
 				lone = append(lone, r.Start.Format("15:04:05.000"))
 				continue
 			}

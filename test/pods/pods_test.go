@@ -197,7 +197,7 @@ func TestPodServer(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, r := range c.Stop() {
-		if !r.OK || r.Node != "node1" || r.Pod != "web-0" || r.ClientAddr != other.Host.IPv6 {
+		if !r.OK() || r.Node != "node1" || r.Pod != "web-0" || r.ClientAddr != other.Host.IPv6 {
 			t.Errorf("request %+v, want answered by web-0 on node1, which saw %s", r, other.Host.IPv6)
 		}
 	}

@@ -173,8 +173,7 @@ func AskUntil(ctx context.Context, dial DialFunc, addr netip.AddrPort, attempt t
 type Request struct {
 	// Start is when the request was sent.
 	Start time.Time
-	// OK says the server answered within the timeout; Err says why not, when it did not.
-	OK  bool
+	// Err says why the server did not answer within the timeout; nil when it did.
 	Err error
 	// Node is the name of the node whose server answered, from Serve or ServePod.
 	Node string
@@ -183,6 +182,9 @@ type Request struct {
 	Pod        string
 	ClientAddr netip.Addr
 }
+
+// OK says the server answered within the timeout.
+func (r Request) OK() bool { return r.Err == nil }
 
 // Client sends a request every interval, each on a new connection with its own timeout,
 // whether or not earlier ones have finished: an open loop. A client that waits for each
@@ -216,7 +218,7 @@ func Start(dial DialFunc, addr netip.AddrPort, interval, timeout time.Duration) 
 				ctx, cancel := context.WithDeadline(context.Background(), r.Start.Add(timeout))
 				defer cancel()
 				a, err := Ask(ctx, dial, addr)
-				r.OK, r.Err, r.Node, r.Pod, r.ClientAddr = err == nil, err, a.Node, a.Pod, a.Client
+				r.Err, r.Node, r.Pod, r.ClientAddr = err, a.Node, a.Pod, a.Client
 				c.mu.Lock()
 				c.requests = append(c.requests, r)
 				c.mu.Unlock()
@@ -261,10 +263,10 @@ func Outage(reqs []Request, failure time.Time) (outage time.Duration, stray int,
 			continue
 		}
 		switch {
-		case recovered && !r.OK:
+		case recovered && !r.OK():
 			stray++
 		case recovered:
-		case r.OK:
+		case r.OK():
 			if streak == 0 {
 				firstOfStreak = r.Start
 			}

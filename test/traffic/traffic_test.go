@@ -13,7 +13,11 @@ func TestOutage(t *testing.T) {
 	t0 := time.Now()
 	var reqs []Request
 	at := func(ms int, ok bool) {
-		reqs = append(reqs, Request{Start: t0.Add(time.Duration(ms) * time.Millisecond), OK: ok})
+		r := Request{Start: t0.Add(time.Duration(ms) * time.Millisecond)}
+		if !ok {
+			r.Err = context.DeadlineExceeded
+		}
+		reqs = append(reqs, r)
 	}
 	at(-10, true)
 	for ms := 0; ms < 150; ms += 10 {
@@ -54,10 +58,10 @@ func TestClient(t *testing.T) {
 	if len(reqs) < 20 {
 		t.Fatalf("%d requests in 300 ms at one per 10 ms", len(reqs))
 	}
-	if !reqs[0].OK || reqs[0].Node != "node-x" {
+	if !reqs[0].OK() || reqs[0].Node != "node-x" {
 		t.Errorf("first request %+v, want answered by node-x", reqs[0])
 	}
-	if last := reqs[len(reqs)-1]; last.OK {
+	if last := reqs[len(reqs)-1]; last.OK() {
 		t.Errorf("last request %+v succeeded after the server closed", last)
 	}
 	if _, err := Reach(context.Background(), d.DialContext, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), addr.Port())); err == nil {
@@ -181,7 +185,7 @@ func TestClientOfPod(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, r := range c.Stop() {
-		if !r.OK || r.Node != "node-x" || r.Pod != "web-0" || r.ClientAddr != netip.MustParseAddr("127.0.0.1") {
+		if !r.OK() || r.Node != "node-x" || r.Pod != "web-0" || r.ClientAddr != netip.MustParseAddr("127.0.0.1") {
 			t.Errorf("request %+v, want answered by web-0 on node-x, which saw 127.0.0.1", r)
 		}
 	}
