@@ -67,15 +67,24 @@ version: ## Print the version that builds and images are stamped with
 	@echo $(VERSION)
 
 .PHONY: demo
-demo: ## Root, Linux: the whole product on one machine, with a failover (first run builds the control plane, ~10 min)
+demo: ## Root, Linux: the whole product on one machine, with a failover (README, Try it, gives the cold and warm times)
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: it creates network namespaces. Run: sudo make demo" >&2; exit 1; fi
-	@command -v ip >/dev/null || { echo "make demo needs ip(8) from iproute2: apt-get install iproute2" >&2; exit 1; }
-	@$(MAKE) --no-print-directory tools build
+	@./hack/install-deps.sh demo
+	@./hack/build-tools.sh $(DEMO_TOOLS)
+	@$(MAKE) --no-print-directory build
 	@$(GO) build -o $(BIN)/baremetal-demo ./hack/demo
 	@BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(BIN)/baremetal-demo
 
+# The control plane programs the demo runs; make tools builds these and the install
+# test's kube-scheduler, kubelet and kubectl.
+DEMO_TOOLS := etcd kube-apiserver kube-controller-manager kube-proxy
+
+.PHONY: deps
+deps: ## Check the system packages make test runs (hack/install-deps.sh); as root, install the missing ones from Debian
+	@./hack/install-deps.sh test
+
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kube-controller-manager, kube-proxy, kube-scheduler, kubelet and kubectl for the integration tests into hack/tools/bin (first time ~15 min, up to an hour on a busy machine)
+tools: ## Build kube-apiserver, etcd, kube-controller-manager, kube-proxy, kube-scheduler, kubelet and kubectl for the integration tests into hack/tools/bin
 	./hack/build-tools.sh
 
 .PHONY: helm
@@ -87,11 +96,12 @@ containerd: ## Build containerd, its runc shim and ctr for the install test's ku
 	./hack/build-containerd.sh
 
 .PHONY: test
-test: tools helm containerd build test-images upgrade-images node-images fmt-check vet ## Unit and integration tests (with -race), go vet and a gofmt check
+test: deps tools helm containerd build test-images upgrade-images node-images fmt-check vet ## Every test (with -race; the end-to-end ones as root), go vet and a gofmt check; ends with a line of counts
+	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent \
 	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_UPGRADE_IMAGES=$(abspath $(UPGRADE_BIN)) \
-	BAREMETAL_IMAGE_VERSION=$(VERSION) BAREMETAL_NODE_IMAGES=$(abspath $(NODE_BIN)) \
-		$(GO) test -race -count=1 $(PKGS)
+	BAREMETAL_IMAGE_VERSION=$(VERSION) BAREMETAL_NODE_IMAGES=$(abspath $(NODE_BIN)) GO=$(GO) \
+		$(BIN)/testreport -race -count=1 $(PKGS)
 
 # The install test's kubelets run every pod's sandbox from this image.
 NODE_BIN := $(BIN)/node

@@ -100,14 +100,14 @@ func TestAlerts(t *testing.T) {
 	}
 }
 
-// findPromtool returns the path of promtool (Debian's prometheus package has it; .ci/run
-// installs it), or ends the test: skipped outside CI, failed in CI.
+// findPromtool returns the path of promtool (Debian's prometheus package has it;
+// hack/install-deps.sh installs it), or ends the test: skipped outside CI, failed in CI.
 func findPromtool(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
 	if err != nil {
 		if !inCI() {
-			t.Skipf("no promtool to test the chart's alerts with (%v): install Debian's prometheus package, or take /usr/bin/promtool from it as .ci/run does", err)
+			t.Skipf("no promtool to test the chart's alerts with (%v): run `sudo make deps`, which takes it from Debian's prometheus package", err)
 		}
 		t.Fatalf("no promtool to test the chart's alerts with: %v", err)
 	}
