@@ -13,10 +13,16 @@ func (k *Key) ParseRequest(b []byte) (Request, error) {
 		return Request{}, err
 	}
 	r := Request{Nonce: d.uint64(), Sender: Sender(d.byte()), Instance: d.uint64(), Counter: d.uint64(), Verdict: d.uint64()}
-	r.DutyKnown = d.byte()&flagDutyKnown != 0
+	flags := d.byte()
+	r.DutyKnown = flags&flagDutyKnown != 0
 	r.Duty = Digest(d.uint64())
+	r.To, r.Echo = d.uint64(), d.uint64()
 	if err := d.end("request"); err != nil {
 		return Request{}, err
+	}
+	// A flag this version does not know would be lost when the request is encoded again.
+	if flags&^flagDutyKnown != 0 {
+		return Request{}, fmt.Errorf("%w: request flags %#02x, only bit 0 is defined", ErrFormat, flags)
 	}
 	if r.Sender != FromCCM && r.Sender != FromAgent {
 		return Request{}, fmt.Errorf("%w: unknown sender %d", ErrFormat, r.Sender)
@@ -30,7 +36,7 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	r := Reply{Nonce: d.uint64(), State: State(d.byte())}
+	r := Reply{Nonce: d.uint64(), Challenge: d.uint64(), State: State(d.byte())}
 	flags := d.byte()
 	r.StandsDown = flags&flagStandsDown != 0
 	r.ConfirmedOnly = flags&flagConfirmedOnly != 0

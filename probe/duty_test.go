@@ -73,53 +73,64 @@ func TestDutyRoundTrip(t *testing.T) {
 }
 
 // TestResponderTakesDuties checks that a duty list is taken whole, in parts, only from
-// the newest ccm, and only when its addresses make its digest.
+// the ccm followed, only when its addresses make its digest, and only when that digest is
+// the one the ccm's newest request said to expect: a duty sent to another node, or an
+// older one arriving late, must not make an agent announce what is not its own.
 func TestResponderTakesDuties(t *testing.T) {
-	p := newTestPeer(t)
-	taken := make(chan struct{}, 10)
-	p.r.OnDuty(func() { taken <- struct{}{} })
-	p.ask(t, Request{Nonce: 1, Sender: FromCCM, Instance: 10, Counter: 1, DutyKnown: true, Duty: 5})
-	if d, known := p.r.Expected(); d != 5 || !known {
-		t.Errorf("Expected() = %v, %v; want the request's 5, true", d, known)
-	}
-	send := func(d Duty) {
+	r := newTestResponder(t)
+	calls := 0
+	r.OnDuty(func() { calls++ })
+	ccm := newTalker(r, FromCCM, 10)
+	expect := func(d Digest) {
 		t.Helper()
-		parts, err := testKey.AppendDuty(d)
+		req := ccm.next()
+		req.DutyKnown, req.Duty = true, d
+		ccm.ask(t, req)
+	}
+	send := func(key *Key, d Duty) {
+		t.Helper()
+		parts, err := key.AppendDuty(d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, b := range parts {
-			p.send(t, b)
+			if _, ok := r.Handle(b, nil); ok {
+				t.Fatal("a duty was answered")
+			}
 		}
-		p.ask(t, Request{Nonce: 999, Sender: FromAgent})
 	}
 	big := Duty{Instance: 10, Addrs: manyAddrs(2*dutyPerDatagram + 1)}
 	big.Digest = DigestOf(big.Addrs)
-	send(big)
-	if got := p.r.Duty(); got == nil || got.Digest != big.Digest || len(got.Addrs) != len(big.Addrs) {
+	ccm.ask(t, ccm.next()) // a challenge to echo
+	expect(big.Digest)
+	if d, known := r.Expected(); d != big.Digest || !known {
+		t.Errorf("Expected() = %v, %v; want the request's %v, true", d, known, big.Digest)
+	}
+	send(testKey, big)
+	if got := r.Duty(); got == nil || got.Digest != big.Digest || len(got.Addrs) != len(big.Addrs) || calls != 1 {
 		t.Fatalf("Duty() after a duty in 3 parts = %v", got)
 	}
-	<-taken
-	for name, d := range map[string]Duty{
-		"an older ccm's": {Instance: 9, Addrs: manyAddrs(1), Digest: DigestOf(manyAddrs(1))},
-		"a wrong digest": {Instance: 10, Addrs: manyAddrs(1), Digest: 1},
-		"another key's":  {Instance: 11},
+	one := manyAddrs(1)
+	other := mustKey("another key, of the same length: 0123456789\n")
+	for name, d := range map[string]struct {
+		key    *Key
+		duty   Duty
+		expect Digest
+	}{
+		"a ccm not followed":            {testKey, Duty{Instance: 9, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
+		"a wrong digest":                {testKey, Duty{Instance: 10, Addrs: one, Digest: 1}, 1},
+		"another key's":                 {other, Duty{Instance: 10, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
+		"another node's, or a late one": {testKey, Duty{Instance: 10, Addrs: one, Digest: DigestOf(one)}, DigestOf(manyAddrs(2))},
 	} {
-		if name == "another key's" {
-			other := mustKey("another key, of the same length: 0123456789\n")
-			parts, _ := other.AppendDuty(d)
-			p.send(t, parts[0])
-			p.ask(t, Request{Nonce: 999, Sender: FromAgent})
-		} else {
-			send(d)
-		}
-		if got := p.r.Duty(); got.Digest != big.Digest {
+		expect(d.expect)
+		send(d.key, d.duty)
+		if got := r.Duty(); got.Digest != big.Digest {
 			t.Errorf("%s duty replaced the one held", name)
 		}
 	}
-	empty := Duty{Instance: 10}
-	send(empty)
-	if got := p.r.Duty(); got == nil || got.Digest != 0 || len(got.Addrs) != 0 {
+	expect(0)
+	send(testKey, Duty{Instance: 10})
+	if got := r.Duty(); got == nil || got.Digest != 0 || len(got.Addrs) != 0 || calls != 2 {
 		t.Errorf("Duty() after an empty duty = %+v", got)
 	}
 }

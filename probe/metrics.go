@@ -13,10 +13,10 @@ func NewCollector(r *Responder) *Collector { return &Collector{r: r} }
 
 var (
 	descProbes = metrics.NewDesc("baremetal_agent_probes_total",
-		"Health probes received, by outcome: answered, unanswered (the reply could not be sent), limited (over the reply rate limit), unauthenticated (not made with the probe key) or malformed.",
+		"Health probes received, by outcome: answered, unanswered (the reply could not be sent), limited (over their sender's budget), replayed (a counter their sender used before), misdirected (for another node), unauthenticated (not made with the probe key) or malformed.",
 		[]string{"outcome"}, nil, metrics.ALPHA, "")
 	descVerdicts = metrics.NewDesc("baremetal_agent_verdicts_total",
-		"Verdicts of the ccm received, by result: taken, or stale (not newer than the one held: replayed, or from a ccm that no longer leads).",
+		"Verdicts of the ccm received, by result: taken, or stale (not newer than the one held, or not of the ccm the agent follows).",
 		[]string{"result"}, nil, metrics.ALPHA, "")
 	descDraining = metrics.NewDesc("baremetal_agent_draining",
 		"1 while the agent is draining (shutting down), else 0.",
@@ -34,8 +34,10 @@ func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	st := c.r.Stats()
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Replies), "answered")
-	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Requests-st.Replies-st.Limited), "unanswered")
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Requests-st.Replies-st.Limited-st.Replayed-st.Misdirected), "unanswered")
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Limited), "limited")
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Replayed), "replayed")
+	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Misdirected), "misdirected")
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Unauthenticated), "unauthenticated")
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Malformed), "malformed")
 	ch <- metrics.NewLazyConstMetric(descVerdicts, metrics.CounterValue, float64(st.Verdicts), "taken")

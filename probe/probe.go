@@ -8,28 +8,31 @@
 // neither it nor a watch. While no ccm is heard, agents probe the agents they back up with
 // the same requests.
 //
-// Version 4 of the format, all integers big-endian, every datagram starting with
+// Version 5 of the format, all integers big-endian, every datagram starting with
 //
 //	0   2  magic "BM"
-//	2   1  version: 4
+//	2   1  version: 5
 //	3   1  type: 1 request, 2 reply, 3 verdict, 4 duty
 //
 // and ending with a 16-byte code, the first 16 bytes of the HMAC-SHA256 of every byte
 // before it under the shared key. A name is one byte of length (1 to 253) and the name.
 //
-//	request, 54 bytes:
+//	request, 70 bytes:
 //	  4   8  nonce, chosen at random by the prober for each request
 //	  12  1  sender: 1 the ccm, 2 an agent checking a peer
-//	  13  8  instance: the sending ccm's, its start time in Unix nanoseconds (0 from an agent)
-//	  21  8  counter, increasing with every request of the instance
+//	  13  8  instance: the sender's, chosen at random when its prober starts, never 0
+//	  21  8  counter, increasing with every request of the instance, from 1
 //	  29  8  sequence of the ccm's current verdict, 0 before its first
-//	  37  1  flags: bit 0 set when the duty digest is known
+//	  37  1  flags: bit 0 set when the duty digest is known; other bits 0
 //	  38  8  duty digest: what the ccm expects this agent to announce (Digest)
+//	  46  8  to: the NodeTag of the node the request is for
+//	  54  8  echo: the challenge of the last reply the sender had from that node (0 for none)
 //
 //	reply:
 //	  4   8  the request's nonce
-//	  12  1  state: 1 ready, 2 draining, 3 starting
-//	  13  1  flags: bit 0 set when the agent takes itself for down (it is in the verdict,
+//	  12  8  challenge: the responder's current one, which it changes every ChallengeEvery
+//	  20  1  state: 1 ready, 2 draining, 3 starting
+//	  21  1  flags: bit 0 set when the agent takes itself for down (it is in the verdict,
 //	         or an agent said it stands in for it) and announces nothing; bit 1 set when
 //	         it announces only what the ccm's duty confirms
 //	  14  n  the node name
@@ -52,20 +55,27 @@
 //	  20  1  part, from 0, and 1 parts: a duty too large for one datagram is split
 //	  22  2  k, then k addresses, each 1 length (4 or 16) and the address
 //
-// A responder answers only authenticated requests of a version it speaks; a prober takes
-// only an authenticated reply whose nonce is the one it is waiting for; an agent takes a
-// request as a sign of the ccm's life, and a verdict as the ccm's word, only if it is newer
-// than the last it took. So a forged, stray or replayed datagram never counts.
+// A responder answers only authenticated requests of a version it speaks, addressed to its
+// node, whose counter it has not seen from that sender (a window per sender, see
+// replayWindow), within a budget per sender; a prober takes only an authenticated reply
+// whose nonce is the one it is waiting for. An agent takes a ccm's request as a sign of the
+// ccm's life only if it echoes one of the responder's last two challenges, so a request
+// recorded earlier, even one the responder has never seen, is no sign of life. It follows
+// one ccm instance at a time, and takes verdicts and duties only from that one; it forgets
+// an instance not heard for CCMForgetAfter. So a forged, stray, replayed or delayed
+// datagram never counts, and no value on the wire decides which ccm is followed for longer
+// than that bound.
 package probe
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 )
 
 // Version is the version of the wire format this package speaks.
-const Version = 4
+const Version = 5
 
 const (
 	typeRequest = 1
@@ -79,7 +89,7 @@ const (
 
 	headerLen = 4
 	// RequestLen is the length of an encoded request.
-	RequestLen = headerLen + 8 + 1 + 8 + 8 + 8 + 1 + 8 + macLen
+	RequestLen = headerLen + 8 + 1 + 8 + 8 + 8 + 1 + 8 + 8 + 8 + macLen
 	// MaxCovers is how many nodes a reply names as stood in for; a ccm needs them only to
 	// keep those nodes' addresses where they are, and more than a few is rare.
 	MaxCovers = 32
@@ -137,10 +147,11 @@ type Request struct {
 	Nonce uint64
 	// Sender is who probes.
 	Sender Sender
-	// Instance identifies the ccm process (FromCCM only): its start time in Unix
-	// nanoseconds, so that a later ccm's requests and verdicts are newer.
+	// Instance identifies the sending prober: chosen at random when it starts, never 0.
+	// It orders nothing: an agent follows one ccm instance until it falls silent.
 	Instance uint64
-	// Counter increases with every request of the instance.
+	// Counter increases with every request of the instance, from 1: the responder answers
+	// each counter of a sender once.
 	Counter uint64
 	// Verdict is the sequence of the instance's current verdict, 0 before its first.
 	Verdict uint64
@@ -149,6 +160,18 @@ type Request struct {
 	DutyKnown bool
 	// Duty is the digest of the addresses the ccm expects the agent to announce.
 	Duty Digest
+	// To is the NodeTag of the node the request is for: a request recorded on its way to
+	// one node is nothing to another.
+	To uint64
+	// Echo is the Challenge of the last reply the sender had from that node, 0 for none.
+	Echo uint64
+}
+
+// NodeTag is what a request carries to name the node it is for: the first 8 bytes of the
+// SHA-256 of the node's name. A fixed size keeps every request the same length.
+func NodeTag(node string) uint64 {
+	sum := sha256.Sum256([]byte(node))
+	return binary.BigEndian.Uint64(sum[:8])
 }
 
 // VerdictRef names a verdict: the ccm instance that made it, and its sequence.
@@ -156,15 +179,21 @@ type VerdictRef struct {
 	Instance, Seq uint64
 }
 
-// Newer reports whether r is later than o.
-func (r VerdictRef) Newer(o VerdictRef) bool {
-	return r.Instance > o.Instance || r.Instance == o.Instance && r.Seq > o.Seq
+// Replaces reports whether a verdict r, of the ccm instance an agent follows, replaces o:
+// a later one of the same instance, or any of another instance, since the agent follows
+// a new ccm only once the one before has fallen silent. Instances are random and have no
+// order.
+func (r VerdictRef) Replaces(o VerdictRef) bool {
+	return r.Instance != o.Instance || r.Seq > o.Seq
 }
 
 // Reply is an agent's answer to a Request.
 type Reply struct {
 	// Nonce is the Nonce of the Request answered.
 	Nonce uint64
+	// Challenge is the responder's current challenge: a ccm's request is a sign of its
+	// life only if it echoes one of the last two.
+	Challenge uint64
 	// State is the agent's state.
 	State State
 	// Node is the name of the agent's node.
@@ -216,6 +245,8 @@ func (k *Key) AppendRequest(b []byte, r Request) []byte {
 	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Duty))
+	b = binary.BigEndian.AppendUint64(b, r.To)
+	b = binary.BigEndian.AppendUint64(b, r.Echo)
 	return append(b[:start], k.seal(b[start:])...)
 }
 
@@ -229,6 +260,7 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	start := len(b)
 	b = append(b, magic[0], magic[1], Version, typeReply)
 	b = binary.BigEndian.AppendUint64(b, r.Nonce)
+	b = binary.BigEndian.AppendUint64(b, r.Challenge)
 	var flags byte
 	if r.StandsDown {
 		flags |= flagStandsDown

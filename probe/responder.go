@@ -10,24 +10,27 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
+	"k8s.io/klog/v2"
 )
 
 // A Responder answers probes for one node, and takes the ccm's verdicts. It is safe for
 // concurrent use.
 type Responder struct {
-	node    string
+	node string
+	// tag is the node's NodeTag: requests for another node are not answered.
+	tag     uint64
 	key     *Key
-	limiter *rate.Limiter
+	senders senders
 	state   atomic.Uint32
-	// lastCCM is when the last fresh request of a ccm arrived, in Unix nanoseconds.
+	// lastCCM is when the ccm followed was last heard, in Unix nanoseconds.
 	lastCCM atomic.Int64
 
 	mu sync.Mutex
-	// newest is the newest ccm request taken: a request that is not newer is a replay or
-	// a late one, and is no sign of a ccm's life.
-	newest struct{ instance, counter uint64 }
-	// newestVerdict is the verdict the newest ccm request said its ccm is at.
+	// challenges are what replies carry and the ccm's requests must echo to count.
+	challenges challenges
+	// follow is the ccm instance followed.
+	follow follow
+	// newestVerdict is the verdict the newest request of the ccm followed said it is at.
 	newestVerdict VerdictRef
 	verdict       Verdict
 	covers        []string
@@ -48,16 +51,8 @@ type Responder struct {
 	// cacheVersion returns the resourceVersion the agent's Service cache has reached.
 	cacheVersion func() uint64
 
-	requests, replies, malformed, unauthenticated, limited, verdicts, staleVerdicts atomic.Uint64
+	requests, replies, malformed, unauthenticated, misdirected, replayed, limited, verdicts, staleVerdicts atomic.Uint64
 }
-
-// Replies are limited to replyRate a second, in bursts of replyBurst: far above what the
-// ccm sends (10 a second, about 70 while it suspects an agent), and a bound on what a
-// responder could be made to send should a request be replayed at it from elsewhere.
-const (
-	replyRate  = 1000
-	replyBurst = 200
-)
 
 // Stats counts the datagrams a Responder has handled.
 type Stats struct {
@@ -70,12 +65,19 @@ type Stats struct {
 	// Unauthenticated is the number of requests whose code did not check: sent without
 	// the key, or altered on the way.
 	Unauthenticated uint64
-	// Limited is the number of requests left unanswered over the rate limit.
+	// Misdirected is the number of authenticated requests for another node: recorded on
+	// their way to it and sent here, or sent to a wrong address.
+	Misdirected uint64
+	// Replayed is the number of authenticated requests whose counter their sender had
+	// used before, or too far behind its newest: left unanswered, at no cost to anyone's
+	// budget.
+	Replayed uint64
+	// Limited is the number of requests left unanswered over their sender's budget.
 	Limited uint64
 	// Verdicts is the number of verdicts taken.
 	Verdicts uint64
 	// StaleVerdicts is the number of authenticated verdicts left because they were not
-	// newer than the one held: replayed, or from a ccm that no longer leads.
+	// newer than the one held (replayed or late), or were not of the ccm followed.
 	StaleVerdicts uint64
 }
 
@@ -85,7 +87,7 @@ func NewResponder(node string, key *Key) (*Responder, error) {
 	if err := checkReply(Reply{State: Ready, Node: node}); err != nil {
 		return nil, err
 	}
-	r := &Responder{node: node, key: key, limiter: rate.NewLimiter(replyRate, replyBurst)}
+	r := &Responder{node: node, tag: NodeTag(node), key: key}
 	r.state.Store(uint32(Ready))
 	return r, nil
 }
@@ -106,7 +108,7 @@ func (r *Responder) State() State { return State(r.state.Load()) }
 func (r *Responder) Stats() Stats {
 	return Stats{
 		Requests: r.requests.Load(), Replies: r.replies.Load(), Malformed: r.malformed.Load(),
-		Unauthenticated: r.unauthenticated.Load(), Limited: r.limited.Load(),
+		Unauthenticated: r.unauthenticated.Load(), Misdirected: r.misdirected.Load(), Replayed: r.replayed.Load(), Limited: r.limited.Load(),
 		Verdicts: r.verdicts.Load(), StaleVerdicts: r.staleVerdicts.Load(),
 	}
 }
@@ -125,7 +127,8 @@ func (r *Responder) Verdict() Verdict {
 	return r.verdict
 }
 
-// LastCCM returns when the last fresh request of a ccm arrived; the zero time before one.
+// LastCCM returns when the ccm followed was last heard: its last request that echoed a
+// recent challenge. The zero time before one.
 func (r *Responder) LastCCM() time.Time {
 	if ns := r.lastCCM.Load(); ns != 0 {
 		return time.Unix(0, ns)
@@ -133,8 +136,9 @@ func (r *Responder) LastCCM() time.Time {
 	return time.Time{}
 }
 
-// CCMVerdict returns the verdict the newest ccm request said its ccm is at: when it is
-// the one held, the agent knows it is up to date. Seq is 0 while that ccm has none yet.
+// CCMVerdict returns the verdict the newest request of the ccm followed said it is at:
+// when it is the one held, the agent knows it is up to date. Seq is 0 while that ccm has
+// none yet.
 func (r *Responder) CCMVerdict() VerdictRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -210,32 +214,53 @@ func (r *Responder) Handle(in, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	r.requests.Add(1)
-	if req.Sender == FromCCM {
-		r.heard(req)
+	if req.To != r.tag {
+		r.misdirected.Add(1)
+		return out, false
 	}
-	if !r.limiter.Allow() {
+	// Freshness first: a replay is dropped before it can spend a budget.
+	now := time.Now()
+	switch r.senders.admit(senderKey{from: req.Sender, instance: req.Instance}, req.Counter, now) {
+	case replayed:
+		r.replayed.Add(1)
+		return out, false
+	case limited:
 		r.limited.Add(1)
 		return out, false
 	}
-	return r.reply(out, req), true
+	if req.Sender == FromCCM {
+		r.heard(req, now)
+	}
+	return r.reply(out, req, now), true
 }
 
-// heard records a ccm's request, if it is newer than every one before.
-func (r *Responder) heard(req Request) {
+// heard takes a fresh ccm request as a sign of its life if it echoes a recent challenge
+// and is of the instance followed (or may be followed now), and the newest of them as
+// what that ccm's verdict and the agent's duty are.
+func (r *Responder) heard(req Request, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if req.Instance < r.newest.instance || req.Instance == r.newest.instance && req.Counter <= r.newest.counter {
+	if !r.challenges.echoed(req.Echo, now) {
 		return
 	}
-	r.newest.instance, r.newest.counter = req.Instance, req.Counter
-	r.newestVerdict = VerdictRef{Instance: req.Instance, Seq: req.Verdict}
-	r.expected, r.expectedKnown = req.Duty, req.DutyKnown
-	r.lastCCM.Store(time.Now().UnixNano())
+	was := r.follow.instance
+	followed, newest := r.follow.take(req.Instance, req.Counter, now)
+	if !followed {
+		return
+	}
+	if was != req.Instance {
+		klog.InfoS("Following a ccm", "instance", req.Instance, "before", was)
+	}
+	if newest {
+		r.newestVerdict = VerdictRef{Instance: req.Instance, Seq: req.Verdict}
+		r.expected, r.expectedKnown = req.Duty, req.DutyKnown
+	}
+	r.lastCCM.Store(now.UnixNano())
 }
 
-func (r *Responder) reply(b []byte, req Request) []byte {
+func (r *Responder) reply(b []byte, req Request, now time.Time) []byte {
 	r.mu.Lock()
-	reply := Reply{Nonce: req.Nonce, State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef, Covers: r.covers,
+	reply := Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef, Covers: r.covers,
 		ConfirmedOnly: r.confirmedOnly, Digest: r.digest, Unable: r.unable}
 	cacheVersion := r.cacheVersion
 	r.mu.Unlock()
@@ -259,14 +284,15 @@ func (r *Responder) rejected(err error) bool {
 	return true
 }
 
-// takeVerdict takes an authenticated verdict newer than the one held.
+// takeVerdict takes an authenticated verdict of the ccm followed that replaces the one
+// held.
 func (r *Responder) takeVerdict(b []byte) {
 	v, err := r.key.ParseVerdict(b)
 	if r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
-	if !v.Newer(r.verdict.VerdictRef) {
+	if v.Instance != r.follow.instance || !v.Replaces(r.verdict.VerdictRef) {
 		r.mu.Unlock()
 		r.staleVerdicts.Add(1)
 		return
@@ -321,15 +347,17 @@ func (r *Responder) OnDuty(f func()) {
 	r.onDuty = f
 }
 
-// takeDuty takes an authenticated duty datagram of the newest ccm heard: the parts of a
-// list are gathered until it is whole. A duty of an older ccm counts for nothing.
+// takeDuty takes an authenticated duty datagram of the ccm followed whose digest is the
+// one that ccm's newest request said to expect: the parts of a list are gathered until it
+// is whole. So a duty sent to another node, an older one arriving late, or one of another
+// ccm, counts for nothing.
 func (r *Responder) takeDuty(b []byte) {
 	p, err := r.key.ParseDuty(b)
 	if r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
-	if p.Instance < r.newest.instance || (r.duty != nil && p.Instance < r.duty.Instance) {
+	if p.Instance != r.follow.instance || !r.expectedKnown || p.Digest != r.expected {
 		r.mu.Unlock()
 		return
 	}

@@ -2,161 +2,288 @@ package probe
 
 import (
 	"fmt"
-	"net"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
-// testPeer is a Responder serving on a loopback socket and a client socket to talk to it.
-type testPeer struct {
-	r      *Responder
-	server net.PacketConn
-	client net.PacketConn
-	// verdicts receives a value each time the Responder calls its OnVerdict callback.
-	verdicts chan struct{}
+// talker speaks to a Responder through Handle as one prober instance does: counters of
+// its own, the node's tag, and the challenge of the last reply echoed.
+type talker struct {
+	r                *Responder
+	from             Sender
+	instance         uint64
+	counter, echo    uint64
+	noEcho, wrongTag bool
 }
 
-// newTestPeer starts a Responder for node-a on 127.0.0.1 until the test ends.
-func newTestPeer(t *testing.T) *testPeer {
+func newTalker(r *Responder, from Sender, instance uint64) *talker {
+	return &talker{r: r, from: from, instance: instance}
+}
+
+// next returns the talker's next request.
+func (c *talker) next() Request {
+	c.counter++
+	req := Request{Nonce: c.counter, Sender: c.from, Instance: c.instance, Counter: c.counter, To: c.r.tag, Echo: c.echo}
+	if c.wrongTag {
+		req.To = NodeTag("node-b")
+	}
+	return req
+}
+
+// send hands b to the Responder, and returns its reply, if any, recording the challenge.
+func (c *talker) send(t *testing.T, b []byte) (Reply, bool) {
 	t.Helper()
-	server, err := net.ListenPacket("udp", "127.0.0.1:0")
+	out, ok := c.r.Handle(b, nil)
+	if !ok {
+		return Reply{}, false
+	}
+	reply, err := testKey.ParseReply(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { server.Close() })
-	client, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if !c.noEcho {
+		c.echo = reply.Challenge
 	}
-	t.Cleanup(func() { client.Close() })
+	return reply, true
+}
+
+// ask sends req and returns the reply, failing the test if there is none.
+func (c *talker) ask(t *testing.T, req Request) Reply {
+	t.Helper()
+	reply, ok := c.send(t, testKey.AppendRequest(nil, req))
+	if !ok {
+		t.Fatalf("no reply to %+v", req)
+	}
+	return reply
+}
+
+func newTestResponder(t *testing.T) *Responder {
+	t.Helper()
 	r, err := NewResponder("node-a", testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &testPeer{r: r, server: server, client: client, verdicts: make(chan struct{}, 100)}
-	r.OnVerdict(func() { p.verdicts <- struct{}{} })
-	go r.Serve(server)
-	return p
+	return r
 }
 
-// send writes b to the Responder.
-func (p *testPeer) send(t *testing.T, b []byte) {
-	t.Helper()
-	if _, err := p.client.WriteTo(b, p.server.LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// ask sends req and returns the reply. The Responder handles datagrams in order, so once
-// the reply is read everything sent before req has been handled too.
-func (p *testPeer) ask(t *testing.T, req Request) Reply {
-	t.Helper()
-	p.send(t, testKey.AppendRequest(nil, req))
-	b := make([]byte, MaxDatagram)
-	for {
-		p.client.SetReadDeadline(time.Now().Add(5 * time.Second))
-		n, _, err := p.client.ReadFrom(b)
-		if err != nil {
-			t.Fatalf("no reply to %+v: %v", req, err)
-		}
-		reply, err := testKey.ParseReply(b[:n])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if reply.Nonce == req.Nonce {
-			return reply
-		}
-	}
-}
-
-// verdict sends v, signed with key, and waits until the Responder has handled it.
-func (p *testPeer) verdict(t *testing.T, key *Key, v Verdict) {
+// sendVerdict hands the Responder v, sealed with key.
+func sendVerdict(t *testing.T, r *Responder, key *Key, v Verdict) {
 	t.Helper()
 	b, err := key.AppendVerdict(nil, v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.send(t, b)
-	p.ask(t, Request{Nonce: 999, Sender: FromAgent})
+	if _, ok := r.Handle(b, nil); ok {
+		t.Fatal("a verdict was answered")
+	}
 }
 
-// TestResponderTakesOnlyFreshRequestsAsLife checks that only a ccm request newer than
-// every one before counts as a sign of the ccm's life: a replayed or late one, or an
-// agent's, must not keep an agent from noticing that no ccm leads.
-func TestResponderTakesOnlyFreshRequestsAsLife(t *testing.T) {
-	p := newTestPeer(t)
-	// An agent's request, however large its numbers, is answered, and is no ccm.
-	if got := p.ask(t, Request{Nonce: 1, Sender: FromAgent, Instance: 100, Counter: 100}); got.Node != "node-a" {
-		t.Errorf("reply to an agent = %+v", got)
+// TestResponderAnswersEachCounterOnce checks that a request replayed, from a capture or
+// late, is never answered and spends no budget: one captured request flooded at an agent
+// must not starve the ccm's probes, nor make the agent a reflector.
+func TestResponderAnswersEachCounterOnce(t *testing.T) {
+	synctest.Test(t, testResponderAnswersEachCounterOnce)
+}
+
+func testResponderAnswersEachCounterOnce(t *testing.T) {
+	r := newTestResponder(t)
+	ccm := newTalker(r, FromCCM, NewInstance())
+	captured := testKey.AppendRequest(nil, ccm.next())
+	if _, ok := ccm.send(t, captured); !ok {
+		t.Fatal("the first request was not answered")
 	}
-	if got := p.r.LastCCM(); !got.IsZero() {
-		t.Fatalf("after an agent's request, LastCCM = %v, want zero", got)
-	}
-	p.ask(t, Request{Nonce: 2, Sender: FromCCM, Instance: 10, Counter: 5, Verdict: 3})
-	first := p.r.LastCCM()
-	if first.IsZero() {
-		t.Fatal("a fresh ccm request left LastCCM zero")
-	}
-	if got, want := p.r.CCMVerdict(), (VerdictRef{Instance: 10, Seq: 3}); got != want {
-		t.Errorf("CCMVerdict = %+v, want %+v", got, want)
-	}
-	for _, stale := range []Request{
-		{Nonce: 3, Sender: FromCCM, Instance: 10, Counter: 5, Verdict: 4},   // replayed
-		{Nonce: 4, Sender: FromCCM, Instance: 10, Counter: 4, Verdict: 4},   // late
-		{Nonce: 5, Sender: FromCCM, Instance: 9, Counter: 1000, Verdict: 4}, // an older ccm
-		{Nonce: 6, Sender: FromAgent, Instance: 11, Counter: 1, Verdict: 4},
-	} {
-		if got := p.ask(t, stale); got.Nonce != stale.Nonce {
-			t.Errorf("%+v: reply %+v", stale, got)
+	for i := range 5000 {
+		if _, ok := ccm.send(t, captured); ok {
+			t.Fatalf("replay %d was answered", i)
 		}
-		if got := p.r.LastCCM(); !got.Equal(first) {
-			t.Errorf("%+v moved LastCCM from %v to %v", stale, first, got)
-		}
-		if got := p.r.CCMVerdict(); got.Seq != 3 {
-			t.Errorf("%+v moved CCMVerdict to %+v", stale, got)
+		if i%50 == 0 {
+			ccm.ask(t, ccm.next()) // the ccm's real probes all get through
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	p.ask(t, Request{Nonce: 7, Sender: FromCCM, Instance: 10, Counter: 6})
-	second := p.r.LastCCM()
-	if second.Equal(first) {
-		t.Error("a newer counter did not move LastCCM")
+	// Late by more than the window: refused as if seen.
+	late := ccm.next()
+	for range windowSize {
+		ccm.ask(t, ccm.next())
+		time.Sleep(100 * time.Millisecond)
 	}
-	// A later ccm starts its counter over.
-	p.ask(t, Request{Nonce: 8, Sender: FromCCM, Instance: 11, Counter: 1})
-	if got := p.r.LastCCM(); got.Equal(second) {
-		t.Error("a newer instance did not move LastCCM")
+	if _, ok := ccm.send(t, testKey.AppendRequest(nil, late)); ok {
+		t.Error("a request a window late was answered")
 	}
-	// A reply is counted once sent, which may be after it arrived.
-	waitStats(t, p.r, "8 requests, all answered", func(st Stats) bool { return st.Requests == 8 && st.Replies == 8 })
+	if st := r.Stats(); st.Replayed != 5001 || st.Limited != 0 {
+		t.Errorf("Stats = %+v, want 5001 replayed, none limited", st)
+	}
+}
+
+// TestResponderBudgets checks that each sender has a budget of its own: a node with 500
+// peers checking it while no ccm is heard answers them all, and one sender flooding with
+// fresh requests (a peer gone wrong) exhausts only its own.
+func TestResponderBudgets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newTestResponder(t)
+		flood := newTalker(r, FromAgent, NewInstance())
+		ccm := newTalker(r, FromCCM, NewInstance())
+		peers := make([]*talker, 500)
+		for i := range peers {
+			peers[i] = newTalker(r, FromAgent, NewInstance())
+		}
+		var flooded, floodAnswered int
+		for round := range 20 { // two seconds of probes every 100 ms
+			for range 1000 {
+				flooded++
+				if _, ok := flood.send(t, testKey.AppendRequest(nil, flood.next())); ok {
+					floodAnswered++
+				}
+			}
+			ccm.ask(t, ccm.next())
+			for i, p := range peers {
+				if _, ok := p.send(t, testKey.AppendRequest(nil, p.next())); !ok {
+					t.Fatalf("round %d: peer %d was not answered", round, i)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if want := peerBurst + 2*peerRate; floodAnswered > want {
+			t.Errorf("a flooding sender had %d of %d answered, want at most %d", floodAnswered, flooded, want)
+		}
+	})
+}
+
+// TestResponderAnswersOnlyItsNode checks that a request recorded on its way to another
+// node is not answered.
+func TestResponderAnswersOnlyItsNode(t *testing.T) {
+	r := newTestResponder(t)
+	ccm := newTalker(r, FromCCM, NewInstance())
+	ccm.wrongTag = true
+	if _, ok := ccm.send(t, testKey.AppendRequest(nil, ccm.next())); ok {
+		t.Error("a request for node-b was answered by node-a")
+	}
+	if st := r.Stats(); st.Misdirected != 1 || !r.LastCCM().IsZero() {
+		t.Errorf("Stats = %+v, LastCCM %v; want 1 misdirected and no ccm heard", st, r.LastCCM())
+	}
+}
+
+// TestResponderTakesOnlyEchoingRequestsAsLife checks that only a ccm request echoing a
+// recent challenge counts as a sign of the ccm's life: a request recorded earlier and
+// never delivered, or an agent's, must not keep an agent from noticing that no ccm leads.
+func TestResponderTakesOnlyEchoingRequestsAsLife(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newTestResponder(t)
+		agent := newTalker(r, FromAgent, NewInstance())
+		agent.ask(t, agent.next())
+		agent.ask(t, agent.next())
+		if !r.LastCCM().IsZero() {
+			t.Fatal("an agent's request counted as a ccm's life")
+		}
+		ccm := newTalker(r, FromCCM, NewInstance())
+		req := ccm.next()
+		req.Verdict = 3
+		ccm.ask(t, req) // no challenge to echo yet: answered, no sign of life
+		if !r.LastCCM().IsZero() {
+			t.Fatal("a request echoing no challenge counted as a ccm's life")
+		}
+		recorded := ccm.next() // recorded on the way, never delivered
+		recorded.Verdict = 3
+		req = ccm.next()
+		req.Verdict = 3
+		ccm.ask(t, req)
+		heard := r.LastCCM()
+		if heard.IsZero() {
+			t.Fatal("a request echoing the challenge did not count as a ccm's life")
+		}
+		if got, want := r.CCMVerdict(), (VerdictRef{Instance: ccm.instance, Seq: 3}); got != want {
+			t.Errorf("CCMVerdict = %+v, want %+v", got, want)
+		}
+		time.Sleep(3 * ChallengeEvery)
+		if _, ok := ccm.send(t, testKey.AppendRequest(nil, recorded)); !ok {
+			t.Fatal("a fresh counter was not answered")
+		}
+		if got := r.LastCCM(); !got.Equal(heard) {
+			t.Errorf("a request echoing a challenge %v old moved LastCCM", 3*ChallengeEvery)
+		}
+		ccm.ask(t, ccm.next())
+		if got := r.LastCCM(); !got.After(heard) {
+			t.Error("the ccm's next request did not move LastCCM")
+		}
+	})
+}
+
+// TestResponderFollowsOneCCM checks that an agent follows one ccm instance, whatever the
+// others say, until it falls silent for CCMForgetAfter: no instance on the wire, however
+// large, makes it ignore a later ccm for longer.
+func TestResponderFollowsOneCCM(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newTestResponder(t)
+		a := newTalker(r, FromCCM, 10)
+		b := newTalker(r, FromCCM, ^uint64(0))
+		a.ask(t, a.next())
+		a.ask(t, a.next())
+		heard := r.LastCCM()
+		// b is answered, so that it sees the agent alive, but not followed.
+		b.ask(t, b.next())
+		b.ask(t, b.next())
+		if got := r.LastCCM(); !got.Equal(heard) {
+			t.Error("another ccm's request moved LastCCM while the one followed is heard")
+		}
+		sendVerdict(t, r, testKey, Verdict{VerdictRef: VerdictRef{Instance: b.instance, Seq: 1}, Down: []string{"node-c"}})
+		if got := r.Verdict(); got.Instance != 0 {
+			t.Errorf("a verdict of a ccm not followed was taken: %+v", got)
+		}
+		sendVerdict(t, r, testKey, Verdict{VerdictRef: VerdictRef{Instance: a.instance, Seq: 1}})
+		if got := r.Verdict(); got.Instance != a.instance {
+			t.Errorf("the verdict of the ccm followed was not taken: holds %+v", got.VerdictRef)
+		}
+		time.Sleep(CCMForgetAfter)
+		b.ask(t, b.next()) // its echo is too old by now
+		b.ask(t, b.next())
+		if got := r.LastCCM(); !got.After(heard) {
+			t.Fatal("another ccm was not followed once the one followed fell silent")
+		}
+		sendVerdict(t, r, testKey, Verdict{VerdictRef: VerdictRef{Instance: b.instance, Seq: 1}})
+		if got := r.Verdict(); got.Instance != b.instance {
+			t.Errorf("the new ccm's first verdict was not taken: holds %+v", got.VerdictRef)
+		}
+		// And back: the huge instance orders nothing.
+		time.Sleep(CCMForgetAfter)
+		a.ask(t, a.next())
+		a.ask(t, a.next())
+		sendVerdict(t, r, testKey, Verdict{VerdictRef: VerdictRef{Instance: a.instance, Seq: 2}})
+		if got := r.Verdict(); got.VerdictRef != (VerdictRef{Instance: a.instance, Seq: 2}) {
+			t.Errorf("after the huge instance fell silent, the verdict held is %+v", got.VerdictRef)
+		}
+	})
 }
 
 // TestResponderTakesOnlyNewerVerdicts checks that a verdict is taken only when newer than
 // the one held, and only from the key: a replayed, late or forged verdict could otherwise
 // take a live node's addresses or give a dead one's back.
 func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
-	p := newTestPeer(t)
+	r := newTestResponder(t)
+	calls := 0
+	r.OnVerdict(func() { calls++ })
+	ccm := newTalker(r, FromCCM, 10)
+	ccm.ask(t, ccm.next())
+	ccm.ask(t, ccm.next())
 	// A verdict of a large cluster's worth of nodes still fits in one datagram.
 	many := make([]string, 5000)
 	for i := range many {
 		many[i] = fmt.Sprintf("node-%04d", i)
 	}
 	held := Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 2}, Down: many}
-	p.verdict(t, testKey, held)
-	select {
-	case <-p.verdicts:
-	default:
+	sendVerdict(t, r, testKey, held)
+	if calls != 1 {
 		t.Fatal("a newer verdict did not call OnVerdict")
 	}
-	if got := p.r.Verdict(); !reflect.DeepEqual(got, held) {
+	if got := r.Verdict(); !reflect.DeepEqual(got, held) {
 		t.Fatalf("Verdict() holds %d down at %+v, want the %d sent at %+v", len(got.Down), got.VerdictRef, len(held.Down), held.VerdictRef)
 	}
-	if got := p.ask(t, Request{Nonce: 1, Sender: FromCCM, Instance: 10, Counter: 1}); got.Verdict != held.VerdictRef {
+	if got := ccm.ask(t, ccm.next()); got.Verdict != held.VerdictRef {
 		t.Errorf("reply holds verdict %+v, want %+v", got.Verdict, held.VerdictRef)
 	}
-
 	other := mustKey("another key, of the same length: 0123456789\n")
 	for i, v := range []struct {
 		key *Key
@@ -164,63 +291,48 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 	}{
 		{testKey, held}, // replayed
 		{testKey, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 1}}},          // late
-		{testKey, Verdict{VerdictRef: VerdictRef{Instance: 9, Seq: 100}}},         // an older ccm's
-		{other, Verdict{VerdictRef: VerdictRef{Instance: 99, Seq: 1}, Down: nil}}, // forged
+		{testKey, Verdict{VerdictRef: VerdictRef{Instance: 9, Seq: 100}}},         // a ccm not followed
+		{other, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 9}, Down: nil}}, // forged
 	} {
-		p.verdict(t, v.key, v.v)
-		if got := p.r.Verdict(); got.VerdictRef != held.VerdictRef || len(got.Down) != len(many) {
+		sendVerdict(t, r, v.key, v.v)
+		if got := r.Verdict(); got.VerdictRef != held.VerdictRef || len(got.Down) != len(many) {
 			t.Errorf("verdict %d (%+v) replaced the one held: now %+v", i, v.v.VerdictRef, got.VerdictRef)
 		}
 	}
-	if st := p.r.Stats(); st.Verdicts != 1 || st.StaleVerdicts != 3 || st.Unauthenticated != 1 {
-		t.Errorf("Stats = %+v, want 1 verdict taken, 3 stale, 1 unauthenticated", st)
+	if st := r.Stats(); st.Verdicts != 1 || st.StaleVerdicts != 3 || st.Unauthenticated != 1 || calls != 1 {
+		t.Errorf("Stats = %+v, %d calls of OnVerdict; want 1 verdict taken, 3 stale, 1 unauthenticated, 1 call", st, calls)
 	}
-	select {
-	case <-p.verdicts:
-		t.Error("a verdict not taken called OnVerdict")
-	default:
-	}
-
-	// The same ccm's next verdict, then a later ccm's first.
-	for _, next := range []Verdict{
-		{VerdictRef: VerdictRef{Instance: 10, Seq: 3}, Down: []string{"node-b"}},
-		{VerdictRef: VerdictRef{Instance: 11, Seq: 1}},
-	} {
-		p.verdict(t, testKey, next)
-		if got := p.r.Verdict(); !reflect.DeepEqual(got, next) {
-			t.Errorf("after %+v, Verdict() = %+v", next, got)
-		}
-		select {
-		case <-p.verdicts:
-		default:
-			t.Errorf("verdict %+v did not call OnVerdict", next.VerdictRef)
-		}
+	next := Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 3}, Down: []string{"node-b"}}
+	sendVerdict(t, r, testKey, next)
+	if got := r.Verdict(); !reflect.DeepEqual(got, next) || calls != 2 {
+		t.Errorf("after %+v, Verdict() = %+v", next, got)
 	}
 }
 
 // TestResponderCovers checks what replies say the agent stands in for (only valid names,
 // and no more than fit), and whether it stands down.
 func TestResponderCovers(t *testing.T) {
-	p := newTestPeer(t)
+	r := newTestResponder(t)
+	ccm := newTalker(r, FromCCM, 1)
 	covers := []string{"", strings.Repeat("a", 254)}
 	for i := range MaxCovers + 5 {
 		covers = append(covers, "node-"+strconv.Itoa(i))
 	}
-	p.r.SetCovers(covers)
+	r.SetCovers(covers)
 	covers[2] = "changed-after-set" // the responder keeps its own copy
-	got := p.ask(t, Request{Nonce: 1, Sender: FromCCM, Instance: 1, Counter: 1}).Covers
+	got := ccm.ask(t, ccm.next()).Covers
 	if len(got) != MaxCovers || got[0] != "node-0" || got[MaxCovers-1] != "node-"+strconv.Itoa(MaxCovers-1) {
 		t.Errorf("reply covers %q, want node-0 to node-%d", got, MaxCovers-1)
 	}
-	p.r.SetCovers(nil)
-	if got := p.ask(t, Request{Nonce: 2, Sender: FromCCM, Instance: 1, Counter: 2}).Covers; len(got) != 0 {
+	r.SetCovers(nil)
+	if got := ccm.ask(t, ccm.next()).Covers; len(got) != 0 {
 		t.Errorf("reply covers %q after SetCovers(nil)", got)
 	}
-	if p.ask(t, Request{Nonce: 3, Sender: FromAgent}).StandsDown {
+	if ccm.ask(t, ccm.next()).StandsDown {
 		t.Error("a new responder's reply says it stands down")
 	}
-	p.r.SetStandsDown(true)
-	if !p.ask(t, Request{Nonce: 4, Sender: FromAgent}).StandsDown {
+	r.SetStandsDown(true)
+	if !ccm.ask(t, ccm.next()).StandsDown {
 		t.Error("after SetStandsDown(true), the reply does not say so")
 	}
 }

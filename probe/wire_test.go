@@ -122,20 +122,21 @@ func TestAppendVerdictRefuses(t *testing.T) {
 	}
 }
 
-func TestVerdictRefNewer(t *testing.T) {
+func TestVerdictRefReplaces(t *testing.T) {
 	for _, tc := range []struct {
 		r, o VerdictRef
 		want bool
 	}{
 		{VerdictRef{1, 2}, VerdictRef{1, 1}, true},
-		{VerdictRef{2, 1}, VerdictRef{1, 9}, true},
 		{VerdictRef{1, 1}, VerdictRef{}, true},
 		{VerdictRef{1, 1}, VerdictRef{1, 1}, false},
 		{VerdictRef{1, 1}, VerdictRef{1, 2}, false},
-		{VerdictRef{1, 9}, VerdictRef{2, 1}, false},
+		// Instances have no order: another one's is the new ccm's.
+		{VerdictRef{2, 1}, VerdictRef{1, 9}, true},
+		{VerdictRef{1, 9}, VerdictRef{2, 1}, true},
 	} {
-		if got := tc.r.Newer(tc.o); got != tc.want {
-			t.Errorf("%+v.Newer(%+v) = %v, want %v", tc.r, tc.o, got, tc.want)
+		if got := tc.r.Replaces(tc.o); got != tc.want {
+			t.Errorf("%+v.Replaces(%+v) = %v, want %v", tc.r, tc.o, got, tc.want)
 		}
 	}
 }

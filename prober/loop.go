@@ -254,7 +254,7 @@ func (s *sched) send(jobs []job, batches [][]job) {
 		batches[sock] = b[:0]
 	}
 	for _, j := range jobs {
-		r := s.p.request(j.a.node, j.nonce)
+		r := s.p.request(j.a, j.nonce)
 		w := s.writers[j.a.sock]
 		if !w.fits(j.a.addr) {
 			b := s.p.key.AppendRequest(nil, r)
@@ -350,6 +350,7 @@ func (s *sched) take(conn *net.UDPConn, b, verdict []byte) []byte {
 	if a == nil {
 		return verdict
 	}
+	a.challenge.Store(reply.Challenge)
 	if stale {
 		// It holds an older verdict: it missed one.
 		if verdict = s.p.appendVerdict(verdict[:0]); verdict != nil {
@@ -446,17 +447,18 @@ func (s *sched) broadcast(to []*agentProbe) {
 	verdictsSent.Add(float64(len(to) - failed))
 }
 
-// request returns the request to send to node's agent.
-func (p *Prober) request(node string, nonce uint64) probe.Request {
-	if p.sender != probe.FromCCM {
-		return probe.Request{Nonce: nonce, Sender: p.sender}
-	}
+// request returns the request to send to a's agent. Its counter is a's own, so that the
+// agent's replay window sees consecutive counters however many agents are probed.
+func (p *Prober) request(a *agentProbe, nonce uint64) probe.Request {
 	p.mu.Lock()
 	seq, instance, duties := p.verdict.Seq, p.instance, p.duties
 	p.mu.Unlock()
-	r := probe.Request{Nonce: nonce, Sender: p.sender, Instance: instance, Counter: p.counter.Add(1), Verdict: seq}
-	if duties != nil {
-		r.Duty, r.DutyKnown = duties.Duty(node)
+	r := probe.Request{Nonce: nonce, Sender: p.sender, Instance: instance, Counter: a.counter.Add(1), To: a.tag, Echo: a.challenge.Load()}
+	if p.sender == probe.FromCCM {
+		r.Verdict = seq
+		if duties != nil {
+			r.Duty, r.DutyKnown = duties.Duty(a.node)
+		}
 	}
 	return r
 }

@@ -64,8 +64,6 @@ type Prober struct {
 	sender      probe.Sender
 	nodes       corelisters.NodeLister
 	nodesSynced cache.InformerSynced
-	// counter stamps the ccm's requests (package probe), with mu's instance.
-	counter atomic.Uint64
 
 	mu        sync.Mutex
 	ctx       context.Context // Run's; nil before Run
@@ -77,7 +75,8 @@ type Prober struct {
 	pending map[string]bool
 	// targets limits the nodes probed; nil probes every node.
 	targets map[string]bool
-	// instance is the time Run started, stamped on the ccm's requests and verdicts.
+	// instance is chosen at random when Run starts, and stamped on the requests and
+	// verdicts: an agent's replay window is per instance, and it follows one ccm instance.
 	instance uint64
 	// verdict is the verdict sent; its Seq is 0 until the prober has synced.
 	verdict probe.Verdict
@@ -122,6 +121,10 @@ type agentProbe struct {
 	lastRTT, lastAnswer atomic.Int64
 	// lastProbe (Unix ns) is when the last probe ended, answered or not.
 	lastProbe atomic.Int64
+	// tag is the node's probe.NodeTag, counter the last counter of a request to it, and
+	// challenge the challenge of its agent's last reply, which the next request echoes.
+	tag                uint64
+	counter, challenge atomic.Uint64
 	slot
 }
 
@@ -226,9 +229,9 @@ func (p *Prober) Run(ctx context.Context) {
 		p.forget(name) // a probe of an earlier Run
 	}
 	p.ctx, p.sched = ctx, s
-	// Leading starts are ordered in time by the leader lease, so a later leader's
-	// requests and verdicts are newer for the agents.
-	p.instance = uint64(time.Now().UnixNano())
+	// Random, not the time: a value that orders ccms would let one with its clock ahead,
+	// or one forged datagram, make the agents ignore every later ccm.
+	p.instance = probe.NewInstance()
 	p.pending = map[string]bool{}
 	for _, n := range nodes {
 		if p.targets == nil || p.targets[n.Name] {
@@ -324,7 +327,7 @@ func (p *Prober) syncNode(obj any) {
 		p.decideLocked() // it may have been the last one the first verdict waited for
 		return
 	}
-	a := &agentProbe{node: n.Name, addr: addr, sock: socketOf(n.Name, len(p.sched.conns))}
+	a := &agentProbe{node: n.Name, addr: addr, sock: socketOf(n.Name, len(p.sched.conns)), tag: probe.NodeTag(n.Name)}
 	p.agents[n.Name] = a
 	agentsByState.WithLabelValues(Unknown.String()).Inc()
 	p.sched.add(a)

@@ -298,7 +298,8 @@ func (s *Standby) peerChanged(peer string) {
 	s.changed()
 }
 
-// takeVerdict replaces the nodes taken for down with a newer verdict of a ccm.
+// takeVerdict replaces the nodes taken for down with the verdict the responder took: a
+// later one of the ccm it follows, or the first of a ccm it follows now.
 func (s *Standby) takeVerdict() {
 	v := s.responder.Verdict()
 	down := map[string]bool{}
@@ -306,7 +307,7 @@ func (s *Standby) takeVerdict() {
 		down[n] = true
 	}
 	s.mu.Lock()
-	if !v.Newer(s.verdict) {
+	if !v.Replaces(s.verdict) {
 		s.mu.Unlock()
 		return
 	}

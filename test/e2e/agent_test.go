@@ -165,7 +165,7 @@ func probeFrom(t *testing.T, key *probe.Key, client, node *netns.Host, nonce uin
 		}
 		defer conn.Close()
 		to := &net.UDPAddr{IP: node.IPv4.AsSlice(), Port: 7474}
-		if _, err := conn.WriteTo(key.AppendRequest(nil, probe.Request{Nonce: nonce, Sender: probe.FromAgent}), to); err != nil {
+		if _, err := conn.WriteTo(key.AppendRequest(nil, probe.Request{Nonce: nonce, Sender: probe.FromAgent, Instance: probe.NewInstance(), Counter: 1, To: probe.NodeTag(node.Label)}), to); err != nil {
 			return err
 		}
 		conn.SetReadDeadline(time.Now().Add(time.Second))

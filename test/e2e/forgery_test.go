@@ -48,7 +48,8 @@ func (c *cluster) sendFrom(t testing.TB, h *netns.Host, datagrams ...[]byte) {
 }
 
 // TestForgedProbes plays someone on the layer-2 network without the probe key: forged and
-// replayed verdicts do not make an agent give up a live node's addresses, and a dead
+// replayed verdicts do not make an agent give up a live node's addresses, a recorded
+// request replayed at 5,000 a second is never answered and starves no probe, and a dead
 // node's address taken over to answer the ccm's probes with forged or replayed replies
 // does not keep the node up.
 func TestForgedProbes(t *testing.T) {
@@ -98,6 +99,11 @@ func TestForgedProbes(t *testing.T) {
 		if got := c.metric(t, owner, "baremetal_agent_down_nodes"); got != "0" {
 			t.Errorf("%s takes %s nodes for down after the forged verdicts, want 0", owner.Label, got)
 		}
+		c.waitSteady(t, addrs[0], owner.Label)
+	})
+
+	t.Run("replayed requests", func(t *testing.T) {
+		c.replayRequests(t, attacker, owner, svc)
 		c.waitSteady(t, addrs[0], owner.Label)
 	})
 
