@@ -28,7 +28,7 @@ func BenchmarkTakeover(b *testing.B) {
 	down := downSet("node-a")
 	b.ReportAllocs()
 	for b.Loop() {
-		own, _ := ComputeOf("node-b", nil, requests, cfg, down)
+		own, _ := ComputeOf("node-b", nil, requests, cfg, down, nil)
 		Digest(own)
 		if len(own) != len(services) {
 			b.Fatalf("node-b takes %d addresses, want %d", len(own), len(services))

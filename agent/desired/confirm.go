@@ -54,6 +54,6 @@ func Confirmed(own, held []Address, duty []netip.Addr) []Address {
 // Held returns every address that node could announce for the Services whose plans name
 // it, sorted: what ComputeOf gives it were every other node down.
 func Held(node string, nodeLabels labels.Set, requests []*annotation.Request, cfg *config.Config) []Address {
-	held, _ := ComputeOf(node, nodeLabels, requests, cfg, func(n string) bool { return n != node })
+	held, _ := ComputeOf(node, nodeLabels, requests, cfg, func(n string) bool { return n != node }, nil)
 	return held
 }

@@ -132,7 +132,7 @@ func (r Refusal) String() string {
 // refused, sorted by Service and address. nodeLabels are the node's labels, for the pools'
 // nodeSelectors; down says which nodes are down. The Services may come in any order.
 func Compute(node string, nodeLabels labels.Set, services []*v1.Service, cfg *config.Config, down Down) ([]Address, []Refusal) {
-	return ComputeOf(node, nodeLabels, parse(services), cfg, down)
+	return ComputeOf(node, nodeLabels, parse(services), cfg, down, nil)
 }
 
 // parse reads the requests of services.
@@ -146,11 +146,18 @@ func parse(services []*v1.Service) []*annotation.Request {
 
 // ComputeOf is Compute of the Services' requests, as annotation.Parse reads them: a
 // caller that keeps them parsed spares parsing thousands of Services at every change.
-func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Request, cfg *config.Config, down Down) ([]Address, []Refusal) {
+// coveredBy are the peers that said they stand in for node while no ccm was heard: node
+// announces nothing of a plan that names one of them, and keeps the others.
+func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Request, cfg *config.Config, down Down, coveredBy []string) ([]Address, []Refusal) {
 	byAddr := map[netip.Addr]*Address{}
 	var refused []Refusal
+	withdrawn := func(n string) bool { return n == node || down(n) }
 	for _, r := range requests {
-		assignee, covers := Assignee(r, down)
+		d := down
+		if len(coveredBy) > 0 && slices.ContainsFunc(r.Plan(), func(n string) bool { return slices.Contains(coveredBy, n) }) {
+			d = withdrawn
+		}
+		assignee, covers := Assignee(r, d)
 		if assignee != node || node == "" {
 			continue
 		}

@@ -204,7 +204,32 @@ func TestHeld(t *testing.T) {
 	if len(held) != 1 || held[0].Addr != netip.MustParseAddr("198.18.0.70") || !slices.Equal(held[0].Services, []string{"ns/behind"}) {
 		t.Errorf("Held = %+v, want 198.18.0.70 of ns/behind only", held)
 	}
-	if own, _ := ComputeOf("node-a", nil, requests, cfg, nobodyDown); len(own) != 0 {
+	if own, _ := ComputeOf("node-a", nil, requests, cfg, nobodyDown, nil); len(own) != 0 {
 		t.Errorf("ComputeOf with every node up = %+v, want nothing: node-b announces", own)
+	}
+}
+
+// TestCoveredWithdrawsOnlyTheCoverersPlans: an agent a peer says it stands in for, while
+// no ccm is heard, withdraws only the addresses of the plans that name that peer. The
+// Service whose plan is [node-a, node-t] keeps its announcer: node-t hears node-a answer
+// and takes nothing, so withdrawing it too would leave it unanswered.
+func TestCoveredWithdrawsOnlyTheCoverersPlans(t *testing.T) {
+	cfg, err := config.Parse("cloud-config", []byte(cloudConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withS := service("with-s", "node-a", "198.18.0.70")
+	withS.Annotations[annotation.Standbys] = "node-s"
+	withT := service("with-t", "node-a", "198.18.0.71")
+	withT.Annotations[annotation.Standbys] = "node-t"
+	requests := parse([]*v1.Service{withS, withT})
+	own, _ := ComputeOf("node-a", nil, requests, cfg, nobodyDown, []string{"node-s"})
+	if len(own) != 1 || own[0].Addr != netip.MustParseAddr("198.18.0.71") {
+		t.Errorf("node-a covered by node-s announces %+v, want 198.18.0.71 of ns/with-t alone", own)
+	}
+	// What node-s computes with node-a taken for down: the address it took, and only that.
+	taken, _ := ComputeOf("node-s", nil, requests, cfg, func(n string) bool { return n == "node-a" }, nil)
+	if len(taken) != 1 || taken[0].Addr != netip.MustParseAddr("198.18.0.70") {
+		t.Errorf("node-s announces %+v, want 198.18.0.70", taken)
 	}
 }

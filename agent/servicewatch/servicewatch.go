@@ -53,6 +53,9 @@ type Applier interface {
 type Verdicts interface {
 	// Snapshot returns the nodes taken for down.
 	Snapshot() map[string]bool
+	// CoveredBy returns the peers that said they stand in for this node while no ccm
+	// was heard.
+	CoveredBy() []string
 	// OnChange registers a function called when they change.
 	OnChange(func())
 	// SetPeers sets the other nodes of the plans this one is in.
@@ -277,9 +280,9 @@ func (w *Watcher) sync() error {
 	if n, err := w.nodes.Get(w.node); err == nil {
 		nodeLabels = n.Labels
 	}
-	down := w.verdicts.Snapshot()
+	down, coveredBy := w.verdicts.Snapshot(), w.verdicts.CoveredBy()
 	cfg := w.cfg.Load()
-	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, cfg, func(n string) bool { return down[n] })
+	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, cfg, func(n string) bool { return down[n] }, coveredBy)
 	if w.draining.Load() {
 		addrs = keep(w.applied, addrs)
 	} else {

@@ -145,13 +145,15 @@ func TestNewerVerdictClearsPeersFoundDown(t *testing.T) {
 }
 
 // TestCoveredWhileSilentStandsDown checks an agent a peer stands in for while no ccm is
-// heard, as after this node was cut off: it takes itself for down and says so, so that
-// two nodes do not announce one address, until a ccm's verdict says otherwise.
+// heard, as after this node was cut off: it withdraws what that peer took (the plans that
+// name it, see desired.ComputeOf) and says it stood down, so that two nodes do not
+// announce one address, until a ccm's verdict says otherwise; it does not take itself for
+// down as a whole, which would leave the Services the peer does not back up unanswered.
 func TestCoveredWhileSilentStandsDown(t *testing.T) {
 	s, r, p, _ := newTest(t)
 	p.cover("a", "self") // a ccm heard: that is the ccm's to judge
-	if s.down["self"] {
-		t.Fatal("covered with a ccm heard, taken for down")
+	if len(s.CoveredBy()) != 0 {
+		t.Fatal("covered with a ccm heard, taken as covered")
 	}
 	s.SetPeers([]string{"a"})
 	run(t, s)
@@ -159,14 +161,14 @@ func TestCoveredWhileSilentStandsDown(t *testing.T) {
 	p.probed("a", true)
 	eventually(t, "confirmed by the peers", func() bool { return !s.Snapshot()["self"] && !r.stoodDown() })
 	p.set("a", prober.Up) // a's next reply still says it covers this node
-	if !s.Snapshot()["self"] || !r.stoodDown() {
-		t.Fatalf("covered while silent: down %v, stands down %v", downs(s), r.stoodDown())
+	if got := s.CoveredBy(); !slices.Equal(got, []string{"a"}) || !r.stoodDown() {
+		t.Fatalf("covered by a while silent: covered by %v, stands down %v", got, r.stoodDown())
 	}
-	if s.Snapshot()["a"] {
-		t.Error("the peer that answers was taken for down")
+	if s.Snapshot()["self"] || s.Snapshot()["a"] {
+		t.Errorf("covered while silent: down %v, want no one", downs(s))
 	}
 	r.fromCCM(1)
-	if s.Snapshot()["self"] || r.stoodDown() {
-		t.Errorf("a verdict naming no one: down %v, stands down %v", downs(s), r.stoodDown())
+	if len(s.CoveredBy()) != 0 || r.stoodDown() {
+		t.Errorf("a verdict naming no one: covered by %v, stands down %v", s.CoveredBy(), r.stoodDown())
 	}
 }

@@ -57,6 +57,10 @@ type Standby struct {
 	mu        sync.Mutex
 	verdict   probe.VerdictRef
 	down      map[string]bool // the verdict's, and the peers found down since
+	// coveredBy are the peers that said, while no ccm was heard, that they stand in for
+	// this node: it withdraws the addresses of the plans that name one of them, and only
+	// those, until a ccm's verdict.
+	coveredBy map[string]bool
 	peerSet   map[string]bool
 	silent    bool
 	listeners []func()
@@ -103,7 +107,7 @@ func Metrics() []metrics.Registerable {
 // New returns the Standby of node over the verdicts responder takes, checking peers with
 // peers, for probes every cfg.ProbeInterval.
 func New(node string, cfg config.Failover, responder Responder, peers Peers) *Standby {
-	s := &Standby{node: node, interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, peerSet: map[string]bool{}, unconfirmed: time.Now(),
+	s := &Standby{node: node, interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, coveredBy: map[string]bool{}, peerSet: map[string]bool{}, unconfirmed: time.Now(),
 		cacheVersion: func() uint64 { return 0 }}
 	// Unconfirmed from the start: the replies say so, for a new leader to see.
 	responder.SetStandsDown(true)
@@ -128,6 +132,14 @@ func (s *Standby) Snapshot() map[string]bool {
 		out[s.node] = true
 	}
 	return out
+}
+
+// CoveredBy returns the peers that said, while no ccm was heard, that they stand in for
+// this node, sorted: it announces nothing of a plan that names one of them.
+func (s *Standby) CoveredBy() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.coveredBy))
 }
 
 // Unconfirm makes this node take itself for down until it knows where it stands again:
@@ -188,7 +200,8 @@ func (s *Standby) confirm() {
 // changed tells the responder and the listeners that the nodes taken for down changed.
 func (s *Standby) changed() {
 	s.mu.Lock()
-	standsDown := s.down[s.node] || !s.confirmed
+	// Withdrawn from some plans counts: a new leader then keeps what the coverers took.
+	standsDown := s.down[s.node] || !s.confirmed || len(s.coveredBy) > 0
 	downNodes.Set(float64(len(s.down)))
 	listeners := slices.Clone(s.listeners)
 	s.mu.Unlock()
@@ -264,36 +277,37 @@ func (s *Standby) Run(ctx context.Context) {
 	}
 }
 
-// peerChanged takes a peer that failed this agent's probes for down, and this node for
-// down when a peer answers that it stands in for it, while no ccm is heard. A peer that
-// comes back stays down until a ccm's verdict: only a ccm moves addresses back, after it
-// learnt from the agents what they did.
+// peerChanged takes a peer that failed this agent's probes for down, and notes the peers
+// that answer that they stand in for this node, while no ccm is heard. A peer that comes
+// back stays down, and a coverer stays one, until a ccm's verdict: only a ccm moves
+// addresses back, after it learnt from the agents what they did.
 func (s *Standby) peerChanged(peer string) {
 	var mark []string
 	// A starting peer announces nothing yet either.
 	if h := s.peers.Health(peer); h == prober.Down || h == prober.Starting {
 		mark = append(mark, peer)
 	}
-	if len(s.peers.CoveredBy(s.node)) > 0 {
-		mark = append(mark, s.node)
-	}
+	by := s.peers.CoveredBy(s.node)
 	s.mu.Lock()
 	mark = slices.DeleteFunc(mark, func(n string) bool { return s.down[n] })
-	if !s.silent || len(mark) == 0 {
+	by = slices.DeleteFunc(by, func(n string) bool { return s.coveredBy[n] })
+	if !s.silent || len(mark)+len(by) == 0 {
 		s.mu.Unlock()
 		return
 	}
 	for _, n := range mark {
 		s.down[n] = true
 	}
+	for _, n := range by {
+		s.coveredBy[n] = true
+	}
 	s.mu.Unlock()
 	for _, n := range mark {
-		if n == s.node {
-			klog.InfoS("A peer stands in for this node; standing down until a ccm's verdict", "coveredBy", s.peers.CoveredBy(s.node))
-		} else {
-			peersFoundDown.Inc()
-			klog.InfoS("A peer failed this node's probes; taking it for down", "peer", n)
-		}
+		peersFoundDown.Inc()
+		klog.InfoS("A peer failed this node's probes; taking it for down", "peer", n)
+	}
+	if len(by) > 0 {
+		klog.InfoS("Peers stand in for this node; withdrawing the addresses of the plans that name them until a ccm's verdict", "coveredBy", by)
 	}
 	s.changed()
 }
@@ -312,8 +326,8 @@ func (s *Standby) takeVerdict() {
 		return
 	}
 	s.verdict = v.VerdictRef
-	same := maps.Equal(down, s.down)
-	s.down = down
+	same := maps.Equal(down, s.down) && len(s.coveredBy) == 0
+	s.down, s.coveredBy = down, map[string]bool{}
 	s.mu.Unlock()
 	klog.V(2).InfoS("Took the ccm's verdict", "seq", v.Seq, "down", v.Down[:min(len(v.Down), 10)])
 	s.confirm()
