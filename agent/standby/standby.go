@@ -54,9 +54,9 @@ type Standby struct {
 	responder Responder
 	peers     Peers
 
-	mu        sync.Mutex
-	verdict   probe.VerdictRef
-	down      map[string]bool // the verdict's, and the peers found down since
+	mu      sync.Mutex
+	verdict probe.VerdictRef
+	down    map[string]bool // the verdict's, and the peers found down since
 	// coveredBy are the peers that said, while no ccm was heard, that they stand in for
 	// this node: it withdraws the addresses of the plans that name one of them, and only
 	// those, until a ccm's verdict.
