@@ -12,9 +12,9 @@
 //
 //	0   2  magic "BM"
 //	2   1  version: 5
-//	3   1  type: 1 request, 2 reply, 3 verdict, 4 duty
+//	3   1  type: 1 request, 2 reply, 3 verdict, 4 duty, 5 refusal
 //
-// and ending with a 16-byte code, the first 16 bytes of the HMAC-SHA256 of every byte
+// and, but for a refusal (see AppendRefusal), ending with a 16-byte code, the first 16 bytes of the HMAC-SHA256 of every byte
 // before it under the shared key. A name is one byte of length (1 to 253) and the name.
 //
 //	request, 70 bytes:
@@ -82,6 +82,7 @@ const (
 	typeReply   = 2
 	typeVerdict = 3
 	typeDuty    = 4
+	typeRefusal = 5
 
 	flagStandsDown    = 1 << 0
 	flagConfirmedOnly = 1 << 1

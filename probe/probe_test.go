@@ -239,10 +239,19 @@ func TestResponderServe(t *testing.T) {
 		return reply
 	}
 
-	// Garbage and a request without the key first: both must be dropped unanswered (the
-	// next read gets the answer to the next request), and counted.
+	// Garbage and a request without the key first: the garbage is dropped unanswered, the
+	// request refused (the next read gets the refusal), and both are counted.
 	send([]byte("hello"))
 	send(mustKey("not the key, but long enough for one\n").AppendRequest(nil, Request{Nonce: 41, Sender: FromAgent, Instance: 1, Counter: 41, To: NodeTag("node-a")}))
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, MaxDatagram)
+	n, _, err := client.ReadFrom(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nonce, err := ParseRefusal(b[:n]); err != nil || nonce != 41 {
+		t.Fatalf("answer to a request with another key: % x (%d, %v), want a refusal of nonce 41", b[:n], nonce, err)
+	}
 	got := ask(42)
 	if got.Challenge == 0 {
 		t.Error("reply carries no challenge")

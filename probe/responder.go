@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 )
 
@@ -51,6 +52,10 @@ type Responder struct {
 	// cacheVersion returns the resourceVersion the agent's Service cache has reached.
 	cacheVersion func() uint64
 
+	// refusals limits the refusals of requests made with another key to one a second.
+	refusals *rate.Limiter
+	authLog  AuthLog
+
 	requests, replies, malformed, unauthenticated, misdirected, replayed, limited, verdicts, staleVerdicts atomic.Uint64
 }
 
@@ -87,7 +92,7 @@ func NewResponder(node string, key *Key) (*Responder, error) {
 	if err := checkReply(Reply{State: Ready, Node: node}); err != nil {
 		return nil, err
 	}
-	r := &Responder{node: node, tag: NodeTag(node), key: key}
+	r := &Responder{node: node, tag: NodeTag(node), key: key, refusals: rate.NewLimiter(1, 1)}
 	r.state.Store(uint32(Ready))
 	return r, nil
 }
@@ -190,7 +195,7 @@ func (r *Responder) Serve(conn net.PacketConn) error {
 		}
 		// A failed write (the prober gone, a full buffer) is the prober's miss to count;
 		// the responder goes on.
-		if _, err := conn.WriteTo(out, from); err == nil {
+		if _, err := conn.WriteTo(out, from); err == nil && !IsRefusal(out) {
 			r.replies.Add(1)
 		}
 	}
@@ -211,6 +216,9 @@ func (r *Responder) Handle(in, out []byte) ([]byte, bool) {
 	}
 	req, err := r.key.ParseRequest(in)
 	if r.rejected(err) {
+		if nonce, ok := refusedNonce(in); ok && errors.Is(err, ErrAuth) {
+			return r.refuse(out, nonce)
+		}
 		return out, false
 	}
 	r.requests.Add(1)
@@ -232,6 +240,17 @@ func (r *Responder) Handle(in, out []byte) ([]byte, bool) {
 		r.heard(req, now)
 	}
 	return r.reply(out, req, now), true
+}
+
+// refuse logs a request made with another key, and answers it with a refusal, once a
+// second at most: enough for a ccm to say why the agent does not answer, too little to
+// reflect anything.
+func (r *Responder) refuse(out []byte, nonce uint64) ([]byte, bool) {
+	r.authLog.Log("Probe requests made with another probe key: the ccm and this agent must share one (--probe-key-file)", "node", r.node)
+	if !r.refusals.Allow() {
+		return out, false
+	}
+	return AppendRefusal(out, nonce), true
 }
 
 // heard takes a fresh ccm request as a sign of its life if it echoes a recent challenge

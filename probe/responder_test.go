@@ -348,3 +348,28 @@ func waitStats(t *testing.T, r *Responder, what string, cond func(Stats) bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestResponderRefusesAnotherKey checks that a request made with another key is answered
+// with a refusal carrying its nonce, once a second at most, and never with a reply.
+func TestResponderRefusesAnotherKey(t *testing.T) {
+	r := newTestResponder(t)
+	other := mustKey("another key, of the same length: 0123456789\n")
+	refused := 0
+	for nonce := range uint64(100) {
+		in := other.AppendRequest(nil, Request{Nonce: nonce + 1, Sender: FromCCM, Instance: 1, Counter: nonce + 1, To: r.tag})
+		out, ok := r.Handle(in, nil)
+		if !ok {
+			continue
+		}
+		refused++
+		if got, err := ParseRefusal(out); err != nil || got != nonce+1 {
+			t.Errorf("answer to a request with another key: % x (%d, %v), want a refusal of nonce %d", out, got, err, nonce+1)
+		}
+	}
+	if refused < 1 || refused > 2 {
+		t.Errorf("%d of 100 requests with another key refused at once, want 1 or 2", refused)
+	}
+	if st := r.Stats(); st.Unauthenticated != 100 {
+		t.Errorf("Stats = %+v, want 100 unauthenticated", st)
+	}
+}

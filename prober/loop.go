@@ -338,6 +338,10 @@ func (s *sched) take(conn *net.UDPConn, b, verdict []byte) []byte {
 	// The source address is not checked: the nonce is random and the reply
 	// authenticated, and an agent on a host with several addresses may answer from
 	// another one than it is probed at.
+	if nonce, err := probe.ParseRefusal(b); err == nil {
+		s.refused(nonce)
+		return verdict
+	}
 	reply, err := s.p.key.ParseReply(b)
 	if errors.Is(err, probe.ErrAuth) {
 		unauthenticatedReplies.Inc()
@@ -363,6 +367,19 @@ func (s *sched) take(conn *net.UDPConn, b, verdict []byte) []byte {
 		_, _ = conn.WriteToUDPAddrPort(d, a.addr)
 	}
 	return verdict
+}
+
+// refused logs and counts an agent's refusal of a probe it waits for: the agent has
+// another probe key. The probe stays a miss.
+func (s *sched) refused(nonce uint64) {
+	s.mu.Lock()
+	a := s.pending[nonce]
+	s.mu.Unlock()
+	if a == nil {
+		return // a stray, or a forgery: the refusal carries no code
+	}
+	refusals.Inc()
+	s.p.authLog.Log("Agent refuses the ccm's probes as made with another probe key: the ccm and the agents must share one (--probe-key-file)", "node", a.node, "address", a.addr)
 }
 
 // answer takes a reply, and reports whether its agent should be sent the verdict again.

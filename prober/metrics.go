@@ -41,6 +41,12 @@ var (
 		Help:           "Datagrams received on a probe socket whose code was not made with the probe key: forged, or from an agent with another key.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	refusals = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_probe_refusals_total",
+		Help:           "Probes an agent refused as not made with its probe key: the agent has another key than the ccm.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	verdictsSent = metrics.NewCounter(&metrics.CounterOpts{
 		Subsystem:      subsystem,
 		Name:           "verdicts_sent_total",
@@ -98,6 +104,6 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeSendErrors, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls)
+		legacyregistry.MustRegister(probesSent, probeSendErrors, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, refusals, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls)
 	})
 }

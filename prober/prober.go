@@ -93,6 +93,7 @@ type Prober struct {
 	// verdictDue asks Run's sender to send the verdict to every agent.
 	verdictDue   chan struct{}
 	isoListeners []func(Isolation)
+	authLog      probe.AuthLog
 }
 
 // agentProbe is the probing of one node's agent.

@@ -238,3 +238,54 @@ func TestProberTakesOnlyAuthenticatedReplies(t *testing.T) {
 		t.Errorf("%v unauthenticated replies counted, want at least the 3 misses", n)
 	}
 }
+
+// TestAgentWithAnotherKeyRefuses checks that a real agent with another probe key than the
+// ccm's is not only taken for down but says why: its refusal reaches the ccm's prober,
+// which counts it, within a second.
+func TestAgentWithAnotherKeyRefuses(t *testing.T) {
+	l, err := net.ListenPacket("udp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	other, err := probe.ParseKey([]byte("not the prober's key, though long enough\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	agent, err := probe.NewResponder("node-a", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go agent.Serve(conn)
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.2"}}}}
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(node), 0)
+	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	before, _ := testutil.GetCounterMetricValue(refusals)
+	go p.Run(ctx)
+	deadline := time.Now().Add(time.Second)
+	for got, _ := testutil.GetCounterMetricValue(refusals); got == before; got, _ = testutil.GetCounterMetricValue(refusals) {
+		if time.Now().After(deadline) {
+			t.Fatal("no refusal of the agent with another key counted within a second")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
+		t.Fatal("prober never synced")
+	}
+	if got := p.Health("node-a"); got != Down {
+		t.Errorf("an agent with another key is %v, want down", got)
+	}
+	if st := agent.Stats(); st.Unauthenticated == 0 || st.Replies != 0 {
+		t.Errorf("agent Stats = %+v, want unauthenticated requests and no replies", st)
+	}
+}
