@@ -62,6 +62,24 @@ func TestLimitsAreInSpecs(t *testing.T) {
 	}
 }
 
+// TestBadAnnouncer checks that an announcer that is not one node's name is reported and
+// never used: agents would answer for the addresses on its word.
+func TestBadAnnouncer(t *testing.T) {
+	for _, value := range []string{"Node_A", "node-a,node-b", "node a", strings.Repeat("a", 254), strings.Repeat("a", MaxValueBytes+1)} {
+		svc := service("web", v1.IPFamilyPolicySingleStack, v1.IPv4Protocol)
+		svc.Annotations[Announcer] = value
+		svc.Annotations[Standbys] = "node-b"
+		r, err := Parse(svc)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != Announcer {
+			t.Errorf("announcer of %d bytes %.20q: error %v, want a FieldError of %s", len(value), value, err, Announcer)
+		}
+		if r.Announcer != "" || r.Plan() != nil {
+			t.Errorf("announcer of %d bytes %.20q: used, plan %q", len(value), value, r.Plan())
+		}
+	}
+}
+
 // TestFieldErrorClipsValue checks that an error quotes the start of a huge value and its
 // length, never the whole, and never cuts a character in two.
 func TestFieldErrorClipsValue(t *testing.T) {

@@ -132,7 +132,6 @@ func Parse(svc *v1.Service) (*Request, error) {
 		Labels:    labels.Set(svc.Labels),
 		Deleting:  svc.DeletionTimestamp != nil,
 		Local:     svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal,
-		Announcer: strings.TrimSpace(svc.Annotations[Announcer]),
 	}
 	switch {
 	case svc.Spec.Type != v1.ServiceTypeLoadBalancer:
@@ -169,6 +168,8 @@ func Parse(svc *v1.Service) (*Request, error) {
 	r.SharingKey, r.SharingNamespaces, err = sharing(svc)
 	add(err)
 	r.PreferredNodes, err = names(svc, PreferredNodes, validation.IsDNS1123Subdomain)
+	add(err)
+	r.Announcer, err = announcer(svc)
 	add(err)
 	r.Standbys, err = names(svc, Standbys, validation.IsDNS1123Subdomain)
 	add(err)
@@ -290,6 +291,23 @@ func names(svc *v1.Service, key string, valid func(string) []string) ([]string, 
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// announcer reads the node the ccm named to announce. Agents answer for the addresses on
+// its word, so a value that is no node's name is reported and never used.
+func announcer(svc *v1.Service) (string, error) {
+	value, err := read(svc, Announcer)
+	if err != nil {
+		return "", err
+	}
+	n := strings.TrimSpace(value)
+	if n == "" {
+		return "", nil
+	}
+	if err := checkName(Announcer, value, n, validation.IsDNS1123Subdomain); err != nil {
+		return "", err
+	}
+	return n, nil
 }
 
 // checkName returns a *FieldError of annotation key, whose value is value, when the name n
