@@ -137,14 +137,18 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: bench-owner bench-ipam bench-prober bench-ccm bench-agent bench-failover ## Every benchmark; figures are in the README
+bench: bench-owner bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-failover ## Every benchmark; figures are in the README
 
 .PHONY: bench-owner
 bench-owner: ## The announcer rule: spread over equal nodes (max/mean, min/mean), moves when a node leaves or joins against the fewest possible, and deciding 5,000 groups over 1,000 nodes after a node leaves
 	$(GO) test -run='^$$' -bench=. -benchmem ./owner
 
+.PHONY: bench-annotation
+bench-annotation: ## Annotation parser: a Service at the list limit, and with 5,000 and 50,000 names, which are refused
+	$(GO) test -run='^$$' -bench=. -benchmem ./annotation
+
 .PHONY: bench-ipam
-bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated
+bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated; restore of 5,000 and 50,000 Services
 	$(GO) test -run='^$$' -bench=. -benchmem ./ipam
 
 .PHONY: bench-prober
@@ -165,9 +169,10 @@ bench-failover: tools build ## Root, ~27 min, through kube-proxy and pods: 20 fa
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkFailover -benchtime=1x -timeout=90m ./test/e2e
 
 .PHONY: fuzz
-fuzz: ## Fuzz the cloud-config parser and the probe decoder, a minute each
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./config
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./probe
+fuzz: ## Fuzz the cloud-config parser, the probe decoder and the annotation parser, a minute each
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=60s ./config
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=60s ./probe
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=60s ./annotation
 
 .PHONY: clean
 clean: ## Remove built tools and test caches

@@ -48,15 +48,31 @@ type Spec struct {
 	Example string
 	// WrittenBy is "user" for the annotations a user sets, "ccm" for the ccm's own.
 	WrittenBy string
+	// MaxBytes is the longest value accepted: a longer one is refused whole.
+	MaxBytes int
+	// MaxItems is the most non-blank comma-separated entries of a list; 0 for a single
+	// value.
+	MaxItems int
 }
+
+// Limits of every value. Any Service owner writes them, and the ccm and every agent read
+// them on every sync, so they are refused before anything reads them entry by entry.
+const (
+	// MaxValueBytes is the longest value of any annotation of this project.
+	MaxValueBytes = 4096
+	// MaxListItems is the most entries of a list of names: more preferred nodes or
+	// standbys than that are never tried in time, and more namespaces are a policy no one
+	// reviews.
+	MaxListItems = 64
+)
 
 // Specs lists every annotation of the project.
 var Specs = []Spec{
-	{Key: Pool, Type: "pool name", Default: "the first auto-assign pool open to the Service", Example: "public", WrittenBy: "user"},
-	{Key: IPs, Type: "comma-separated IP addresses, at most one per family", Default: "the lowest free address of each family", Example: "192.0.2.10,2001:db8::10", WrittenBy: "user"},
-	{Key: AllowSharedIP, Type: "sharing key (any text)", Default: "the address is the Service's alone", Example: "web", WrittenBy: "user"},
-	{Key: SharedIPNamespaces, Type: "comma-separated namespace names", Default: "sharing stays within the Service's namespace", Example: "team-b", WrittenBy: "user"},
-	{Key: PreferredNodes, Type: "comma-separated node names, in order of preference", Default: "no preference", Example: "edge-1,edge-2", WrittenBy: "user"},
-	{Key: Announcer, Type: "node name", Default: "no node announces", Example: "node-a", WrittenBy: "ccm"},
-	{Key: Standbys, Type: "comma-separated node names, in order", Default: "no node stands by", Example: "node-b,node-c", WrittenBy: "ccm"},
+	{Key: Pool, Type: "pool name", Default: "the first auto-assign pool open to the Service", Example: "public", WrittenBy: "user", MaxBytes: MaxValueBytes},
+	{Key: IPs, Type: "comma-separated IP addresses, at most one per family", Default: "the lowest free address of each family", Example: "192.0.2.10,2001:db8::10", WrittenBy: "user", MaxBytes: MaxValueBytes, MaxItems: 2},
+	{Key: AllowSharedIP, Type: "sharing key (any text)", Default: "the address is the Service's alone", Example: "web", WrittenBy: "user", MaxBytes: MaxValueBytes},
+	{Key: SharedIPNamespaces, Type: "comma-separated namespace names", Default: "sharing stays within the Service's namespace", Example: "team-b", WrittenBy: "user", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
+	{Key: PreferredNodes, Type: "comma-separated node names, in order of preference", Default: "no preference", Example: "edge-1,edge-2", WrittenBy: "user", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
+	{Key: Announcer, Type: "node name", Default: "no node announces", Example: "node-a", WrittenBy: "ccm", MaxBytes: MaxValueBytes},
+	{Key: Standbys, Type: "comma-separated node names, in order", Default: "no node stands by", Example: "node-b,node-c", WrittenBy: "ccm", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
 }

@@ -132,8 +132,6 @@ func Parse(svc *v1.Service) (*Request, error) {
 		Labels:    labels.Set(svc.Labels),
 		Deleting:  svc.DeletionTimestamp != nil,
 		Local:     svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal,
-		Announcer: strings.TrimSpace(svc.Annotations[Announcer]),
-		Pool:      strings.TrimSpace(svc.Annotations[Pool]),
 	}
 	switch {
 	case svc.Spec.Type != v1.ServiceTypeLoadBalancer:
@@ -160,7 +158,9 @@ func Parse(svc *v1.Service) (*Request, error) {
 			errs = append(errs, err)
 		}
 	}
-	var err error
+	pool, err := read(svc, Pool)
+	add(err)
+	r.Pool = strings.TrimSpace(pool)
 	r.Families, r.PreferDualStack, err = families(svc)
 	add(err)
 	r.Addresses, err = addresses(svc, r.Families)
@@ -168,6 +168,8 @@ func Parse(svc *v1.Service) (*Request, error) {
 	r.SharingKey, r.SharingNamespaces, err = sharing(svc)
 	add(err)
 	r.PreferredNodes, err = names(svc, PreferredNodes, validation.IsDNS1123Subdomain)
+	add(err)
+	r.Announcer, err = announcer(svc)
 	add(err)
 	r.Standbys, err = names(svc, Standbys, validation.IsDNS1123Subdomain)
 	add(err)
@@ -202,10 +204,14 @@ func families(svc *v1.Service) ([]iprange.Family, bool, error) {
 // addresses reads lb.baremetal.io/ips and spec.loadBalancerIP, which must agree when both
 // are set.
 func addresses(svc *v1.Service, families []iprange.Family) ([]netip.Addr, error) {
-	value, fromAnnotation := svc.Annotations[IPs]
-	field := IPs
-	if !fromAnnotation {
-		value, field = svc.Spec.LoadBalancerIP, "spec.loadBalancerIP"
+	_, fromAnnotation := svc.Annotations[IPs]
+	value, field := svc.Spec.LoadBalancerIP, "spec.loadBalancerIP"
+	if fromAnnotation {
+		var err error
+		if value, err = read(svc, IPs); err != nil {
+			return nil, err
+		}
+		field = IPs
 	}
 	if strings.TrimSpace(value) == "" {
 		return nil, nil
@@ -216,7 +222,7 @@ func addresses(svc *v1.Service, families []iprange.Family) ([]netip.Addr, error)
 		s = strings.TrimSpace(s)
 		addr, err := netip.ParseAddr(s)
 		if err != nil {
-			return nil, &FieldError{Field: field, Value: value, Reason: fmt.Sprintf("%q is not an IP address", s)}
+			return nil, &FieldError{Field: field, Value: value, Reason: fmt.Sprintf("%q is not an IP address", clip(s))}
 		}
 		if err := iprange.CheckServiceAddress(addr); err != nil {
 			return nil, &FieldError{Field: field, Value: value, Reason: err.Error()}
@@ -234,7 +240,7 @@ func addresses(svc *v1.Service, families []iprange.Family) ([]netip.Addr, error)
 	if fromAnnotation && svc.Spec.LoadBalancerIP != "" {
 		if ip, err := netip.ParseAddr(svc.Spec.LoadBalancerIP); err != nil || !slices.Contains(out, ip) {
 			return nil, &FieldError{Field: "spec.loadBalancerIP", Value: svc.Spec.LoadBalancerIP,
-				Reason: fmt.Sprintf("disagrees with %s=%q; set only one of them", IPs, value)}
+				Reason: fmt.Sprintf("disagrees with %s=%q; set only one of them", IPs, clip(value))}
 		}
 	}
 	return out, nil
@@ -243,7 +249,12 @@ func addresses(svc *v1.Service, families []iprange.Family) ([]netip.Addr, error)
 // sharing reads the sharing key and the namespaces that may share under it. A bad
 // namespace list keeps the key within the Service's own namespace.
 func sharing(svc *v1.Service) (string, []string, error) {
-	key := strings.TrimSpace(svc.Annotations[AllowSharedIP])
+	key, err := read(svc, AllowSharedIP)
+	if err != nil {
+		// A key over the limit is no key: the Service shares with no one.
+		return "", nil, err
+	}
+	key = strings.TrimSpace(key)
 	namespaces := []string{svc.Namespace}
 	others, err := names(svc, SharedIPNamespaces, validation.IsDNS1123Label)
 	if err == nil {
@@ -262,18 +273,48 @@ func sharing(svc *v1.Service) (string, []string, error) {
 }
 
 // names reads a comma-separated list of Kubernetes names from annotation key, in order,
-// without repeats. Every invalid name is reported.
+// without repeats. The first invalid name is reported. Within the list's limit the search
+// for repeats costs less than a set would.
 func names(svc *v1.Service, key string, valid func(string) []string) ([]string, error) {
-	value := svc.Annotations[key]
+	value, err := read(svc, key)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, n := range strings.Split(value, ",") {
+	for n := range strings.SplitSeq(value, ",") {
 		if n = strings.TrimSpace(n); n == "" || slices.Contains(out, n) {
 			continue
 		}
-		if problems := valid(n); len(problems) > 0 {
-			return nil, &FieldError{Field: key, Value: value, Reason: fmt.Sprintf("%q is not a valid name: %s", n, strings.Join(problems, "; "))}
+		if err := checkName(key, value, n, valid); err != nil {
+			return nil, err
 		}
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// announcer reads the node the ccm named to announce. Agents answer for the addresses on
+// its word, so a value that is no node's name is reported and never used.
+func announcer(svc *v1.Service) (string, error) {
+	value, err := read(svc, Announcer)
+	if err != nil {
+		return "", err
+	}
+	n := strings.TrimSpace(value)
+	if n == "" {
+		return "", nil
+	}
+	if err := checkName(Announcer, value, n, validation.IsDNS1123Subdomain); err != nil {
+		return "", err
+	}
+	return n, nil
+}
+
+// checkName returns a *FieldError of annotation key, whose value is value, when the name n
+// in it is not valid.
+func checkName(key, value, n string, valid func(string) []string) error {
+	if problems := valid(n); len(problems) > 0 {
+		return &FieldError{Field: key, Value: value, Reason: fmt.Sprintf("%q is not a valid name: %s", clip(n), strings.Join(problems, "; "))}
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package ipam
 
 import (
-	"errors"
 	"fmt"
 	"math/big"
 	"net/netip"
@@ -101,18 +100,11 @@ func (a *Allocator) choose(req *Request, f iprange.Family, old *holder) (addr ne
 	return addr, err == nil, err
 }
 
-// usable checks that req may hold addr: it is in the pool req names (or any pool), that
-// pool admits the Service, and whoever holds addr already shares it with req.
+// usable checks that req may hold addr: the pool rules admit it, and whoever holds addr
+// already shares it with req.
 func (a *Allocator) usable(req *Request, addr netip.Addr) error {
-	s := a.spanOf(addr)
-	if s == nil {
-		return &NotInPoolError{Addr: addr}
-	}
-	if req.Pool != "" && s.pool.cfg.Name != req.Pool {
-		return &NotInPoolError{Addr: addr, Pool: req.Pool}
-	}
-	if !s.pool.cfg.AllowsService(req.Namespace, req.Labels) {
-		return &NotAllowedError{Pool: s.pool.cfg.Name, Namespace: req.Namespace}
+	if err := a.admits(req, addr); err != nil {
+		return err
 	}
 	for h := range a.holders(addr) {
 		if h.service == req.Service {
@@ -124,6 +116,22 @@ func (a *Allocator) usable(req *Request, addr netip.Addr) error {
 		if p, ok := overlap(h.share.ports, req.Ports); ok {
 			return &PortConflictError{Addr: addr, Holder: h.service, Port: p}
 		}
+	}
+	return nil
+}
+
+// admits checks the pool rules for req and addr: addr is in the pool req names (or any
+// pool), and that pool admits the Service.
+func (a *Allocator) admits(req *Request, addr netip.Addr) error {
+	s := a.spanOf(addr)
+	if s == nil {
+		return &NotInPoolError{Addr: addr}
+	}
+	if req.Pool != "" && s.pool.cfg.Name != req.Pool {
+		return &NotInPoolError{Addr: addr, Pool: req.Pool}
+	}
+	if !s.pool.cfg.AllowsService(req.Namespace, req.Labels) {
+		return &NotAllowedError{Pool: s.pool.cfg.Name, Namespace: req.Namespace}
 	}
 	return nil
 }
@@ -347,61 +355,6 @@ func (a *Allocator) Holders(addr netip.Addr) []string {
 		out = append(out, h.service)
 	}
 	return out
-}
-
-// Restore discards all state and rebuilds it from assignments, in order. An address that
-// an earlier assignment holds and a later one may not share, an address outside every
-// pool, and a second address of one family are not restored; each is reported in the
-// returned error (errors.Join of *DuplicateError, *NotInPoolError and *InvalidRequestError,
-// each naming the Service), and everything else is restored.
-func (a *Allocator) Restore(assignments []Assignment) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.reset()
-	var errs []error
-	for _, as := range assignments {
-		if a.services[as.Service] != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", as.Service, &InvalidRequestError{Reason: "listed more than once"}))
-			continue
-		}
-		h := &holder{service: as.Service, share: newSharing(as.SharingKey, as.Ports)}
-		req := Request{Service: as.Service, SharingKey: as.SharingKey, Ports: as.Ports}
-		for _, addr := range as.Addresses {
-			f := iprange.FamilyOf(addr)
-			switch err := a.restorable(&req, addr); {
-			case h.addrs[f].IsValid():
-				errs = append(errs, fmt.Errorf("%s: %w", as.Service, &InvalidRequestError{Reason: fmt.Sprintf("holds both %s and %s", h.addrs[f], addr)}))
-			case err == nil:
-				h.addrs[f] = addr
-				a.attach(h, addr, false)
-			case errors.As(err, new(*NotInPoolError)):
-				errs = append(errs, fmt.Errorf("%s: %w", as.Service, err))
-			default:
-				errs = append(errs, &DuplicateError{Addr: addr, Service: as.Service, Holder: a.owners[keyOf(addr)].service, Reason: err})
-			}
-		}
-		if h.addrs != [2]netip.Addr{} {
-			a.services[as.Service] = h
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// restorable is usable without the pool rules: an address a Service already holds stays
-// with it even if the pool would no longer hand it out.
-func (a *Allocator) restorable(req *Request, addr netip.Addr) error {
-	if a.spanOf(addr) == nil {
-		return &NotInPoolError{Addr: addr}
-	}
-	for h := range a.holders(addr) {
-		if h.share == nil || req.SharingKey == "" || h.share.key != req.SharingKey {
-			return &InUseError{Addr: addr, Holder: h.service}
-		}
-		if p, ok := overlap(h.share.ports, req.Ports); ok {
-			return &PortConflictError{Addr: addr, Holder: h.service, Port: p}
-		}
-	}
-	return nil
 }
 
 // Stats returns the figures of every family of every pool, in config order.

@@ -48,9 +48,12 @@ type Request struct {
 }
 
 // Assignment is a Service's addresses as recorded elsewhere (in the Service status), from
-// which Restore rebuilds the allocator.
+// which Restore rebuilds the allocator, with what the pool rules read of its request.
 type Assignment struct {
 	Service    string
+	Namespace  string
+	Labels     labels.Set
+	Pool       string
 	Addresses  []netip.Addr
 	SharingKey string
 	Ports      []Port
@@ -67,9 +70,17 @@ type Stats struct {
 
 // Allocator hands out addresses from pools. It is safe for concurrent use.
 type Allocator struct {
-	cfg []config.Pool
+	mu sync.Mutex
+	state
+	// poolsVersion counts the calls of SetPools, for Restore to see that the pools changed
+	// while it built a state apart.
+	poolsVersion uint64
+}
 
-	mu       sync.Mutex
+// state is everything the allocator holds, so that Restore can build one apart and swap it
+// in whole.
+type state struct {
+	cfg      []config.Pool
 	pools    []*pool // in config order, which is the auto-assign order
 	byName   map[string]*pool
 	index    []*span // every span, sorted by first address, to find an address's pool
@@ -114,7 +125,7 @@ type groupKey struct {
 // (no overlaps).
 func New(pools []config.Pool) *Allocator {
 	// A copy: the allocator's pools point into it, and the caller's slice may change.
-	a := &Allocator{cfg: slices.Clone(pools)}
+	a := &Allocator{state: state{cfg: slices.Clone(pools)}}
 	a.reset()
 	return a
 }

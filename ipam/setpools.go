@@ -17,11 +17,13 @@ type Dropped struct {
 // SetPools replaces the pools, for a cloud-config that changed: pools may be added, removed,
 // resized or renamed. pools must have passed config validation, as for New. Every Service
 // keeps the addresses that a new pool still contains, even where that pool's rules would no
-// longer hand them out, as Restore keeps them; an address that no pool contains any more is
-// released and reported, sorted by Service then address.
+// longer hand them out: the allocator gave them under the rules of their time, and taking
+// them would be an outage. An address that no pool contains any more is released and
+// reported, sorted by Service then address.
 //
 // Each kept address keeps its holders in their order, the first holder first. The
-// allocator is then as Restore of the kept assignments leaves it, listed in an order that
+// allocator is then as Restore of the kept assignments, where the new pools' rules admit
+// them, leaves it, listed in an order that
 // puts the holders of every address in that order. Such an order exists unless two
 // dual-stack Services that share both addresses hold them in opposite orders, which
 // Restore could not rebuild.
@@ -30,6 +32,7 @@ func (a *Allocator) SetPools(pools []config.Pool) []Dropped {
 	defer a.mu.Unlock()
 	owners, sharers, services := a.owners, a.sharers, a.services
 	a.cfg = slices.Clone(pools)
+	a.poolsVersion++
 	a.reset()
 
 	var dropped []Dropped

@@ -97,25 +97,26 @@ func (lb *loadBalancer) ready() error {
 			continue
 		}
 		byKey[r.Service] = svc
-		assignments = append(assignments, ipam.Assignment{Service: r.Service, Addresses: r.Ingress, SharingKey: r.SharingGroup(), Ports: r.Ports})
+		assignments = append(assignments, ipam.Assignment{Service: r.Service, Namespace: r.Namespace, Labels: r.Labels, Pool: r.Pool,
+			Addresses: r.Ingress, SharingKey: r.SharingGroup(), Ports: r.Ports})
 	}
 	err = lb.alloc.Restore(assignments)
 	for _, e := range unwrapJoined(err) {
 		var dup *ipam.DuplicateError
-		var notInPool *ipam.NotInPoolError
+		var refused *ipam.NotRestoredError
 		switch {
 		case errors.As(e, &dup):
 			lb.event(byKey[dup.Service], v1.EventTypeWarning, ReasonAddressConflict,
 				"Address %s is also in the status of %s, which had it first; this Service gets another address", dup.Addr, dup.Holder)
-		case errors.As(e, &notInPool):
-			for _, svc := range byKey {
-				if slices.Contains(ingressOf(svc), notInPool.Addr) {
-					lb.event(svc, v1.EventTypeWarning, ReasonAddressNotInPool,
-						"Address %s is in no pool of the cloud-config any more; this Service gets another address", notInPool.Addr)
-				}
+			klog.ErrorS(e, "Address not restored", "service", dup.Service, "address", dup.Addr)
+		case errors.As(e, &refused):
+			if refused.Addr.IsValid() {
+				lb.event(byKey[refused.Service], v1.EventTypeWarning, refusalReason(refused.Reason), "%s", restoreRefusal(refused))
 			}
+			klog.ErrorS(e, "Address not restored", "service", refused.Service, "address", refused.Addr)
+		default:
+			klog.ErrorS(e, "Address not restored")
 		}
-		klog.ErrorS(e, "Address not restored")
 	}
 	lb.restored = true
 	restoredServices.Set(float64(len(assignments)))

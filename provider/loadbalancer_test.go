@@ -30,7 +30,7 @@ pools:
 `
 
 // newTestLB returns a provider over a Service cache holding existing, and its events.
-func newTestLB(t *testing.T, existing ...*v1.Service) (*loadBalancer, *record.FakeRecorder) {
+func newTestLB(t testing.TB, existing ...*v1.Service) (*loadBalancer, *record.FakeRecorder) {
 	t.Helper()
 	cfg, err := config.Parse("test", []byte(testConfig))
 	if err != nil {

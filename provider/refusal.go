@@ -62,3 +62,13 @@ func refusalMessage(svc *v1.Service, err error) string {
 	}
 	return msg
 }
+
+// restoreRefusal explains why the restore did not give a Service back an address of its
+// status, by the rule that refused it.
+func restoreRefusal(e *ipam.NotRestoredError) string {
+	var notInPool *ipam.NotInPoolError
+	if errors.As(e.Reason, &notInPool) && notInPool.Pool == "" {
+		return fmt.Sprintf("Address %s is in no pool of the cloud-config any more; this Service gets another address", e.Addr)
+	}
+	return fmt.Sprintf("Address %s is not kept: %v; this Service gets another address", e.Addr, e.Reason)
+}
