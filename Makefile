@@ -148,8 +148,9 @@ bench-annotation: ## Annotation parser: a Service at the list limit, and with 5,
 	$(GO) test -run='^$$' -bench=. -benchmem ./annotation
 
 .PHONY: bench-ipam
-bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated; restore of 5,000 and 50,000 Services
+bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated; restore of 5,000 and 50,000 Services (the allocator's, and the ccm's with its events)
 	$(GO) test -run='^$$' -bench=. -benchmem ./ipam
+	$(GO) test -run='^$$' -bench='^BenchmarkRestoreOutsidePools$$' -benchmem ./provider
 
 .PHONY: bench-prober
 bench-prober: ## Root for a network namespace of its own, ~1 min: the ccm's prober of 5,000 simulated agents at 10 probes/s each (CPU, false downs with a core kept busy, detection of a stopped agent, an isolation)

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -86,34 +85,5 @@ func TestRestoreBuildsOutsideTheLock(t *testing.T) {
 	}
 	if got := a.Addresses(serviceNames(3)[2]); len(got) != 1 {
 		t.Errorf("restored %v", got)
-	}
-}
-
-// TestRestoreOfManySharersIsLinear checks that restoring eight times as many Services
-// sharing one address on different ports takes about eight times as long, not sixty-four:
-// a check of each against all the others took 15 s at 50,000.
-func TestRestoreOfManySharersIsLinear(t *testing.T) {
-	restore := func(n int) time.Duration {
-		assignments := make([]Assignment, n)
-		for i, name := range serviceNames(n) {
-			assignments[i] = Assignment{Service: name, Addresses: addrs("198.51.100.1"), SharingKey: "k", Ports: []Port{{"TCP", int32(i + 1)}}}
-		}
-		best := time.Duration(1 << 62)
-		for range 2 {
-			a := New([]config.Pool{testPool(t, "p", "198.51.100.0/24")})
-			start := time.Now()
-			if err := a.Restore(assignments); err != nil {
-				t.Fatal(err)
-			}
-			best = min(best, time.Since(start))
-			if got := len(a.Holders(netip.MustParseAddr("198.51.100.1"))); got != n {
-				t.Fatalf("%d holders, want %d", got, n)
-			}
-		}
-		return best
-	}
-	small, large := restore(2_500), restore(20_000)
-	if large > 24*small {
-		t.Errorf("restoring 2,500 sharers took %v, 20,000 took %v: more than 24 times as long", small, large)
 	}
 }
