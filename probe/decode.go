@@ -13,10 +13,16 @@ func (k *Key) ParseRequest(b []byte) (Request, error) {
 		return Request{}, err
 	}
 	r := Request{Nonce: d.uint64(), Sender: Sender(d.byte()), Instance: d.uint64(), Counter: d.uint64(), Verdict: d.uint64()}
-	r.DutyKnown = d.byte()&flagDutyKnown != 0
+	flags := d.byte()
+	r.DutyKnown = flags&flagDutyKnown != 0
 	r.Duty = Digest(d.uint64())
 	if err := d.end("request"); err != nil {
 		return Request{}, err
+	}
+	// A bit this version does not know would be lost on the way through: refused, as the
+	// bytes after the end are, since a later version says so with its version byte.
+	if unknown := flags &^ flagDutyKnown; unknown != 0 {
+		return Request{}, fmt.Errorf("%w: unknown request flags %#02x", ErrFormat, unknown)
 	}
 	if r.Sender != FromCCM && r.Sender != FromAgent {
 		return Request{}, fmt.Errorf("%w: unknown sender %d", ErrFormat, r.Sender)
