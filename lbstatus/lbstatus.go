@@ -9,9 +9,9 @@
 // change on its own watch, and writes back what the allocator holds, with a Warning event
 // that names what was wrong. A writer that puts its status back each time is met with
 // rewrites 2 s, 4 s, 8 s and 16 s apart, then left alone with one StatusContested event
-// until the Service changes or 10 minutes have passed. It also ensures every Service again when the cloud-config
-// changes, so that added pools serve the Services that wait for an address, and a Service
-// that lost its address with its pool gets a new one.
+// until the Service changes or 10 minutes have passed. It also ensures every Service
+// again when the cloud-config changes, so that added pools serve the Services that wait
+// for an address, and a Service that lost its address with its pool gets a new one.
 package lbstatus
 
 import (
