@@ -170,10 +170,12 @@ bench-failover: tools build ## Root, ~27 min, through kube-proxy and pods: 20 fa
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkFailover -benchtime=1x -timeout=90m ./test/e2e
 
 .PHONY: fuzz
-fuzz: ## Fuzz the cloud-config parser, the probe decoder and the annotation parser, a minute each
+fuzz: ## Fuzz the cloud-config, annotation, probe, ARP and NDP parsers, a minute each (make test runs their seeds)
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=60s ./config
-	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=60s ./probe
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=60s ./annotation
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=60s ./probe
+	$(GO) test -run='^$$' -fuzz='^FuzzARPReply$$' -fuzztime=60s ./agent/l2
+	$(GO) test -run='^$$' -fuzz='^FuzzNDPReply$$' -fuzztime=60s ./agent/l2
 
 .PHONY: clean
 clean: ## Remove built tools and test caches

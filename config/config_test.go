@@ -460,10 +460,36 @@ failover: 1s
 			},
 		},
 		{
+			name: "addresses no Service can have",
+			yaml: `pools:
+- addresses: [0.0.0.0/0, "::/0", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255/32]
+  name: a
+- name: b
+  addresses:
+  - fe80::/64
+  - ff02::/16
+  - ::1/128
+  - ::fffe:ffff:ffff-::1:0:0:0
+  - 198.51.100.0/24
+`,
+			want: []string{
+				`cloud.yaml:2: pools[0].addresses[0]: 0.0.0.0/0 (pool "a"): 0.0.0.0 is the unspecified address (0.0.0.0/32), never a Service address`,
+				`cloud.yaml:2: pools[0].addresses[1]: ::/0 (pool "a"): :: is the unspecified address (::/128), never a Service address`,
+				`cloud.yaml:2: pools[0].addresses[2]: 127.0.0.0/8 (pool "a"): 127.0.0.0 is loopback (127.0.0.0/8), never a Service address`,
+				`cloud.yaml:2: pools[0].addresses[3]: 169.254.0.0/16 (pool "a"): 169.254.0.0 is link-local (169.254.0.0/16), never a Service address`,
+				`cloud.yaml:2: pools[0].addresses[4]: 224.0.0.0/4 (pool "a"): 224.0.0.0 is multicast (224.0.0.0/4), never a Service address`,
+				`cloud.yaml:2: pools[0].addresses[5]: 255.255.255.255/32 (pool "a"): 255.255.255.255 is the broadcast address (255.255.255.255/32), never a Service address`,
+				`cloud.yaml:6: pools[1].addresses[0]: fe80::/64 (pool "b"): fe80:: is link-local (fe80::/10), never a Service address`,
+				`cloud.yaml:7: pools[1].addresses[1]: ff02::/16 (pool "b"): ff02:: is multicast (ff00::/8), never a Service address`,
+				`cloud.yaml:8: pools[1].addresses[2]: ::1/128 (pool "b"): ::1 is loopback (::1/128), never a Service address`,
+				`cloud.yaml:9: pools[1].addresses[3]: ::fffe:ffff:ffff-::1:0:0:0 (pool "b"): ::ffff:0.0.0.0 is IPv4-mapped IPv6 (::ffff:0.0.0.0/96), never a Service address`,
+			},
+		},
+		{
 			name: "ranges that only touch do not overlap, nor do families",
 			yaml: `pools:
 - name: a
-  addresses: [198.51.100.0/25, 198.51.100.128-198.51.100.255, "::/0", 198.51.101.0/24]
+  addresses: [198.51.100.0/25, 198.51.100.128-198.51.100.255, "2001:db8::/32", 198.51.101.0/24]
 `,
 		},
 		{

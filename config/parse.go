@@ -196,6 +196,12 @@ func (c *checker) pool(n *yaml.Node, path string) (*Pool, int) {
 	}
 	for _, s := range spans {
 		s.pool = p.Name
+		// Here rather than as each range is read: the report names the pool, whose name
+		// may come after its addresses.
+		if err := iprange.CheckServiceRange(s.r); err != nil {
+			c.add(s.line, s.path, "%s%s: %v", s.text, poolNote(p.Name), err)
+			continue
+		}
 		s.order = len(c.spans)
 		c.spans = append(c.spans, s)
 	}

@@ -18,8 +18,9 @@ type Range struct {
 
 // Parse reads a CIDR ("198.51.100.0/24") or an inclusive range ("198.51.100.10-198.51.100.50").
 // A CIDR must not have host bits set; both ends of a range must be of the same family and
-// the end must not come before the start. Every address must pass CheckServiceAddress, as
-// the ranges hold Service addresses.
+// the end must not come before the start. The ends must be written as Service addresses
+// are (no zone, not IPv4-mapped); whether every address can be one is CheckServiceRange's
+// to say.
 func Parse(s string) (Range, error) {
 	s = strings.TrimSpace(s)
 	if first, last, ok := strings.Cut(s, "-"); ok {
@@ -35,7 +36,7 @@ func Parse(s string) (Range, error) {
 	if p.Addr().Is4In6() && p.Bits() >= 96 {
 		return Range{}, fmt.Errorf("invalid CIDR %q: IPv4-mapped IPv6, write it as %s", s, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96))
 	}
-	if err := CheckServiceAddress(p.Addr()); err != nil {
+	if err := checkSpelling(p.Addr()); err != nil {
 		return Range{}, fmt.Errorf("invalid CIDR %q: %w", s, err)
 	}
 	if p.Masked() != p {
@@ -54,7 +55,7 @@ func parseFirstLast(first, last string) (Range, error) {
 		return Range{}, fmt.Errorf("invalid range end %q: %w", last, err)
 	}
 	for _, a := range []netip.Addr{f, l} {
-		if err := CheckServiceAddress(a); err != nil {
+		if err := checkSpelling(a); err != nil {
 			return Range{}, fmt.Errorf("invalid range %s-%s: %w", first, last, err)
 		}
 	}

@@ -7,9 +7,11 @@
 // this one, would then stay: the agents would announce an address another Service holds,
 // and the next leader would restore it from there. This controller notices a status
 // change on its own watch, and writes back what the allocator holds, with a Warning event
-// that names what was wrong. It also ensures every Service again when the cloud-config
-// changes, so that added pools serve the Services that wait for an address, and a Service
-// that lost its address with its pool gets a new one.
+// that names what was wrong. A writer that puts its status back each time is met with
+// rewrites 2 s, 4 s, 8 s and 16 s apart, then left alone with one StatusContested event
+// until the Service changes or 10 minutes have passed. It also ensures every Service
+// again when the cloud-config changes, so that added pools serve the Services that wait
+// for an address, and a Service that lost its address with its pool gets a new one.
 package lbstatus
 
 import (
@@ -88,6 +90,7 @@ type Controller struct {
 	services corelisters.ServiceLister
 	synced   cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
+	contests contests
 }
 
 // New returns the controller over the Services of factory.
@@ -185,6 +188,19 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		want = ips(st)
 	}
 	if slices.Equal(r.Ingress, want) && len(r.BadIngress) == 0 {
+		c.contests.settled(key)
+		return nil
+	}
+	if wait, giveUp, warn := c.contests.next(key, svc.Generation, time.Now()); wait > 0 || giveUp {
+		if warn {
+			theirs := list(r.Ingress)
+			if len(r.BadIngress) > 0 {
+				theirs += ", " + strings.Join(r.BadIngress, ", ")
+			}
+			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonStatusContested, "another writer set status.loadBalancer.ingress of %s/%s to %s again after %d corrections; leaving it until the Service changes or %s have passed", svc.Namespace, svc.Name, theirs, contestMaxRewrites, contestWindow)
+			klog.InfoS("Service status contested, no longer corrected", "service", klog.KObj(svc), "theirs", theirs, "holds", want)
+		}
+		c.queue.AddAfter(key, wait)
 		return nil
 	}
 	if why := c.lie(r, held); why != "" {

@@ -20,9 +20,10 @@ func (k *Key) ParseRequest(b []byte) (Request, error) {
 	if err := d.end("request"); err != nil {
 		return Request{}, err
 	}
-	// A flag this version does not know would be lost when the request is encoded again.
-	if flags&^flagDutyKnown != 0 {
-		return Request{}, fmt.Errorf("%w: request flags %#02x, only bit 0 is defined", ErrFormat, flags)
+	// A bit this version does not know would be lost on the way through: refused, as the
+	// bytes after the end are, since a later version says so with its version byte.
+	if unknown := flags &^ flagDutyKnown; unknown != 0 {
+		return Request{}, fmt.Errorf("%w: unknown request flags %#02x", ErrFormat, unknown)
 	}
 	if r.Sender != FromCCM && r.Sender != FromAgent {
 		return Request{}, fmt.Errorf("%w: unknown sender %d", ErrFormat, r.Sender)

@@ -161,6 +161,13 @@ func TestParseErrors(t *testing.T) {
 	if _, err := testKey.ParseRequest(testKey.AppendRequest(nil, Request{Nonce: 1, Sender: 3})); !errors.Is(err, ErrFormat) {
 		t.Errorf("a request of an unknown sender: %v, want ErrFormat", err)
 	}
+	// Flag bits this version does not know: the request would not encode back the same.
+	req := testKey.AppendRequest(nil, Request{Nonce: 1, Sender: FromCCM, DutyKnown: true})
+	body := bytes.Clone(req[:len(req)-macLen])
+	body[37] |= 0x30
+	if _, err := testKey.ParseRequest(testKey.seal(body)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "unknown request flags 0x30") {
+		t.Errorf("a request with unknown flag bits: %v, want an ErrFormat naming them", err)
+	}
 }
 
 // FuzzParse checks that no datagram makes a parser panic, and that what parses encodes

@@ -17,27 +17,35 @@ var zeroMAC = net.HardwareAddr{0, 0, 0, 0, 0, 0}
 // reports, on an interface whose hardware address is mac. It answers only requests sent to
 // broadcast or to mac: a packet socket also sees frames flooded to other hosts, and those
 // are not ours to answer. Announcements (sender address equal to target address) are not
-// questions and get no answer.
-func ARPReply(frame []byte, mac net.HardwareAddr, owns func(netip.Addr) bool) ([]byte, bool) {
+// questions and get no answer. Whatever gets no answer, the Drop says why.
+func ARPReply(frame []byte, mac net.HardwareAddr, owns func(netip.Addr) bool) ([]byte, Drop) {
 	var f ethernet.Frame
-	if f.UnmarshalBinary(frame) != nil || f.EtherType != ethernet.EtherTypeARP {
-		return nil, false
-	}
-	if !bytes.Equal(f.Destination, ethernet.Broadcast) && !bytes.Equal(f.Destination, mac) {
-		return nil, false
+	switch {
+	case f.UnmarshalBinary(frame) != nil || f.EtherType != ethernet.EtherTypeARP:
+		return nil, Malformed
+	case f.VLAN != nil || f.ServiceVLAN != nil:
+		return nil, VLANTagged
+	case !bytes.Equal(f.Destination, ethernet.Broadcast) && !bytes.Equal(f.Destination, mac):
+		return nil, NotForUs
 	}
 	var req arp.Packet
-	if req.UnmarshalBinary(f.Payload) != nil || req.Operation != arp.OperationRequest {
-		return nil, false
-	}
-	if req.SenderIP == req.TargetIP || !owns(req.TargetIP) {
-		return nil, false
+	switch {
+	case req.UnmarshalBinary(f.Payload) != nil:
+		return nil, Malformed
+	case req.HardwareType != 1 || req.ProtocolType != uint16(ethernet.EtherTypeIPv4) || req.HardwareAddrLength != 6 || req.IPLength != 4:
+		return nil, NotEthernetARP
+	case req.Operation != arp.OperationRequest:
+		return nil, NotRequest
+	case req.SenderIP == req.TargetIP:
+		return nil, Announcement
+	case !owns(req.TargetIP):
+		return nil, NotOwned
 	}
 	reply, err := arp.NewPacket(arp.OperationReply, mac, req.TargetIP, req.SenderHardwareAddr, req.SenderIP)
 	if err != nil {
-		return nil, false
+		return nil, Malformed
 	}
-	return arpFrame(req.SenderHardwareAddr, mac, reply), true
+	return arpFrame(req.SenderHardwareAddr, mac, reply), Answered
 }
 
 // GratuitousARP returns the gratuitous ARP that announces addr at mac: a broadcast request

@@ -54,36 +54,13 @@ func TestGratuitousARPBytes(t *testing.T) {
 	}
 }
 
-// checksum is the Internet checksum of an ICMPv6 message with its IPv6 pseudo-header,
-// written here independently of the code under test.
-func checksum(src, dst netip.Addr, msg []byte) uint16 {
-	s, d := src.As16(), dst.As16()
-	var ph []byte
-	ph = append(ph, s[:]...)
-	ph = append(ph, d[:]...)
-	ph = binary.BigEndian.AppendUint32(ph, uint32(len(msg)))
-	ph = append(ph, 0, 0, 0, 58)
-	ph = append(ph, msg...)
-	if len(ph)%2 == 1 {
-		ph = append(ph, 0)
-	}
-	var sum uint32
-	for i := 0; i < len(ph); i += 2 {
-		sum += uint32(ph[i])<<8 | uint32(ph[i+1])
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
-}
-
 func TestUnsolicitedNABytes(t *testing.T) {
 	icmp := unhex(t, `
 		88 00 0000
 		20000000
 		fd000198001800000000000000000010
 		02 01 020000000001`)
-	binary.BigEndian.PutUint16(icmp[2:4], checksum(ourLL, allNodes, icmp))
+	binary.BigEndian.PutUint16(icmp[2:4], icmpv6Checksum(ourLL, allNodes, icmp))
 	want := append(unhex(t, `
 		333300000001 020000000001 86dd
 		60000000 0020 3a ff
@@ -109,40 +86,52 @@ func TestARPReply(t *testing.T) {
 		0200000000c8 c61200c8
 		000000000000000000000000000000000000`)
 	for _, tc := range []struct {
-		name   string
-		frame  []byte
-		answer bool
+		name  string
+		frame []byte
+		want  Drop
 	}{
-		{"broadcast request", arpRequest(t, bcast, peerMAC, "198.18.0.200", "198.18.0.10"), true},
-		{"unicast to us", arpRequest(t, ourMAC, peerMAC, "198.18.0.200", "198.18.0.10"), true},
-		{"flooded to another host", arpRequest(t, otherMAC, peerMAC, "198.18.0.200", "198.18.0.10"), false},
-		{"address not owned", arpRequest(t, bcast, peerMAC, "198.18.0.200", "198.18.0.11"), false},
-		{"someone else's announcement", arpRequest(t, bcast, peerMAC, "198.18.0.10", "198.18.0.10"), false},
-		{"truncated", arpRequest(t, bcast, peerMAC, "198.18.0.200", "198.18.0.10")[:30], false},
+		{"broadcast request", arpRequest(t, bcast, peerMAC, "198.18.0.200", "198.18.0.10"), Answered},
+		{"unicast to us", arpRequest(t, ourMAC, peerMAC, "198.18.0.200", "198.18.0.10"), Answered},
+		{"flooded to another host", arpRequest(t, otherMAC, peerMAC, "198.18.0.200", "198.18.0.10"), NotForUs},
+		{"address not owned", arpRequest(t, bcast, peerMAC, "198.18.0.200", "198.18.0.11"), NotOwned},
+		{"someone else's announcement", arpRequest(t, bcast, peerMAC, "198.18.0.10", "198.18.0.10"), Announcement},
+		{"truncated", arpRequest(t, bcast, peerMAC, "198.18.0.200", "198.18.0.10")[:30], Malformed},
 	} {
-		got, ok := ARPReply(tc.frame, ourMAC, owns(vip4))
-		if ok != tc.answer {
-			t.Errorf("%s: answered = %v, want %v", tc.name, ok, tc.answer)
+		got, why := ARPReply(tc.frame, ourMAC, owns(vip4))
+		if why != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, why, tc.want)
 			continue
 		}
-		if ok && !bytes.Equal(got, wantReply) {
+		if why == Answered && !bytes.Equal(got, wantReply) {
 			t.Errorf("%s: reply =\n% x\nwant\n% x", tc.name, got, wantReply)
 		}
 	}
 	reply := arpRequest(t, ourMAC, peerMAC, "198.18.0.200", "198.18.0.10")
 	reply[21] = 2 // operation: reply
-	if _, ok := ARPReply(reply, ourMAC, owns(vip4)); ok {
-		t.Error("answered an ARP reply")
+	if _, why := ARPReply(reply, ourMAC, owns(vip4)); why != NotRequest {
+		t.Errorf("an ARP reply: %v, want NotRequest", why)
 	}
 }
 
 // nsFrame builds a neighbour solicitation as a client kernel sends it.
 func nsFrame(t *testing.T, dstMAC net.HardwareAddr, src, dst, target netip.Addr, hopLimit byte) []byte {
 	t.Helper()
-	ns := &ndp.NeighborSolicitation{TargetAddress: target}
+	var options []ndp.Option
 	if !src.IsUnspecified() {
-		ns.Options = []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: peerMAC}}
+		options = []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: peerMAC}}
 	}
+	return nsFrameWith(t, dstMAC, src, dst, target, hopLimit, options)
+}
+
+// nsFrameOptions builds a neighbour solicitation from the link with the options given.
+func nsFrameOptions(t *testing.T, dstMAC net.HardwareAddr, src, dst, target netip.Addr, options []ndp.Option) []byte {
+	t.Helper()
+	return nsFrameWith(t, dstMAC, src, dst, target, 255, options)
+}
+
+func nsFrameWith(t *testing.T, dstMAC net.HardwareAddr, src, dst, target netip.Addr, hopLimit byte, options []ndp.Option) []byte {
+	t.Helper()
+	ns := &ndp.NeighborSolicitation{TargetAddress: target, Options: options}
 	icmp, err := ndp.MarshalMessageChecksum(ns, src, dst)
 	if err != nil {
 		t.Fatal(err)
@@ -162,25 +151,25 @@ func TestNDPReply(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		frame     []byte
-		answer    bool
+		want      Drop
 		to        netip.Addr
 		toMAC     net.HardwareAddr
 		solicited bool
 	}{
-		{"multicast", nsFrame(t, groupMAC, peer, group, vip6, 255), true, peer, peerMAC, true},
-		{"unicast to us", nsFrame(t, ourMAC, peer, vip6, vip6, 255), true, peer, peerMAC, true},
-		{"duplicate address detection", nsFrame(t, groupMAC, netip.IPv6Unspecified(), group, vip6, 255), true, allNodes, multicastMAC(allNodes), false},
-		{"flooded to another host", nsFrame(t, otherMAC, peer, vip6, vip6, 255), false, netip.Addr{}, nil, false},
-		{"address not owned", nsFrame(t, ourMAC, peer, group, netip.MustParseAddr("fd00:198:18::11"), 255), false, netip.Addr{}, nil, false},
-		{"hop limit below 255: not from this link", nsFrame(t, groupMAC, peer, group, vip6, 254), false, netip.Addr{}, nil, false},
-		{"truncated", nsFrame(t, groupMAC, peer, group, vip6, 255)[:70], false, netip.Addr{}, nil, false},
+		{"multicast", nsFrame(t, groupMAC, peer, group, vip6, 255), Answered, peer, peerMAC, true},
+		{"unicast to us", nsFrame(t, ourMAC, peer, vip6, vip6, 255), Answered, peer, peerMAC, true},
+		{"duplicate address detection", nsFrame(t, groupMAC, netip.IPv6Unspecified(), group, vip6, 255), Answered, allNodes, multicastMAC(allNodes), false},
+		{"flooded to another host", nsFrame(t, otherMAC, peer, vip6, vip6, 255), NotForUs, netip.Addr{}, nil, false},
+		{"address not owned", nsFrame(t, ourMAC, peer, group, netip.MustParseAddr("fd00:198:18::11"), 255), NotOwned, netip.Addr{}, nil, false},
+		{"hop limit below 255: not from this link", nsFrame(t, groupMAC, peer, group, vip6, 254), NotFromLink, netip.Addr{}, nil, false},
+		{"truncated", nsFrame(t, groupMAC, peer, group, vip6, 255)[:70], Malformed, netip.Addr{}, nil, false},
 	} {
-		got, ok := NDPReply(tc.frame, ourMAC, ourLL, owns(vip6))
-		if ok != tc.answer {
-			t.Errorf("%s: answered = %v, want %v", tc.name, ok, tc.answer)
+		got, why := NDPReply(tc.frame, ourMAC, ourLL, owns(vip6))
+		if why != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, why, tc.want)
 			continue
 		}
-		if !ok {
+		if why != Answered {
 			continue
 		}
 		want := naFrame(tc.toMAC, ourMAC, ourLL, tc.to, vip6, tc.solicited)
@@ -199,7 +188,7 @@ func TestNDPReply(t *testing.T) {
 		if na.TargetAddress != vip6 || !na.Override || na.Solicited != tc.solicited || na.Router {
 			t.Errorf("%s: advertisement %+v", tc.name, na)
 		}
-		if c := binary.BigEndian.Uint16(got[56:58]); checksum(ourLL, tc.to, append(append([]byte{}, got[54:56]...), append([]byte{0, 0}, got[58:]...)...)) != c {
+		if c := binary.BigEndian.Uint16(got[56:58]); icmpv6Checksum(ourLL, tc.to, append(append([]byte{}, got[54:56]...), append([]byte{0, 0}, got[58:]...)...)) != c {
 			t.Errorf("%s: bad ICMPv6 checksum %#04x", tc.name, c)
 		}
 	}

@@ -23,42 +23,91 @@ var allNodes = netip.MustParseAddr("ff02::1")
 // when it asks for an address owns reports, on an interface whose hardware address is mac
 // and whose link-local address is src. It answers solicitations sent to mac (unicast, as a
 // client refreshing its entry sends them) and to the solicited-node multicast group of the
-// target, and no others: a packet socket also sees frames flooded to other hosts.
-func NDPReply(frame []byte, mac net.HardwareAddr, src netip.Addr, owns func(netip.Addr) bool) ([]byte, bool) {
+// target, and no others: a packet socket also sees frames flooded to other hosts. It drops
+// what RFC 4861 (7.1.1) says to drop, checksum included; the Drop says why.
+func NDPReply(frame []byte, mac net.HardwareAddr, src netip.Addr, owns func(netip.Addr) bool) ([]byte, Drop) {
 	var f ethernet.Frame
 	if f.UnmarshalBinary(frame) != nil || f.EtherType != ethernet.EtherTypeIPv6 {
-		return nil, false
+		return nil, Malformed
+	}
+	if f.VLAN != nil || f.ServiceVLAN != nil {
+		return nil, VLANTagged
 	}
 	p := f.Payload
-	if len(p) < ipv6HeaderLen || p[0]>>4 != 6 || p[6] != protocolICMPv6 || p[7] != ndp.HopLimit {
-		return nil, false
+	if len(p) < ipv6HeaderLen || p[0]>>4 != 6 || p[6] != protocolICMPv6 {
+		return nil, Malformed
 	}
 	n := int(binary.BigEndian.Uint16(p[4:6]))
 	if len(p) < ipv6HeaderLen+n {
-		return nil, false
+		return nil, Malformed
 	}
-	from := netip.AddrFrom16([16]byte(p[8:24]))
-	m, err := ndp.ParseMessage(p[ipv6HeaderLen : ipv6HeaderLen+n])
+	from, to := netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
+	icmp := p[ipv6HeaderLen : ipv6HeaderLen+n]
+	m, err := ndp.ParseMessage(icmp)
 	if err != nil {
-		return nil, false
+		return nil, Malformed
 	}
 	ns, ok := m.(*ndp.NeighborSolicitation)
-	if !ok || !ns.TargetAddress.Is6() || ns.TargetAddress.Is4In6() {
-		return nil, false
-	}
-	if !bytes.Equal(f.Destination, mac) && !bytes.Equal(f.Destination, multicastMAC(solicitedNode(ns.TargetAddress))) {
-		return nil, false
-	}
-	if !owns(ns.TargetAddress) {
-		return nil, false
+	switch {
+	case !ok:
+		return nil, NotRequest
+	case !ns.TargetAddress.Is6() || ns.TargetAddress.Is4In6():
+		return nil, Malformed
+	case !bytes.Equal(f.Destination, mac) && !bytes.Equal(f.Destination, multicastMAC(solicitedNode(ns.TargetAddress))):
+		return nil, NotForUs
+	case p[7] != ndp.HopLimit:
+		return nil, NotFromLink
+	case icmpv6Checksum(from, to, icmp) != 0:
+		return nil, BadChecksum
+	case icmp[1] != 0:
+		return nil, BadCode
+	case from.IsMulticast():
+		return nil, MulticastSource
+	case from.IsUnspecified() && hasSourceLinkLayer(ns):
+		return nil, DADWithSourceLinkLayer
+	case !owns(ns.TargetAddress):
+		return nil, NotOwned
 	}
 	// A solicitation from the unspecified address is duplicate address detection: the
 	// answer goes to all nodes, and is not "solicited" (RFC 4861, 7.2.4).
-	to, toMAC, solicited := from, f.Source, true
+	dst, dstMAC, solicited := from, f.Source, true
 	if from.IsUnspecified() {
-		to, toMAC, solicited = allNodes, multicastMAC(allNodes), false
+		dst, dstMAC, solicited = allNodes, multicastMAC(allNodes), false
 	}
-	return naFrame(toMAC, mac, src, to, ns.TargetAddress, solicited), true
+	return naFrame(dstMAC, mac, src, dst, ns.TargetAddress, solicited), Answered
+}
+
+func hasSourceLinkLayer(ns *ndp.NeighborSolicitation) bool {
+	for _, o := range ns.Options {
+		if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Source {
+			return true
+		}
+	}
+	return false
+}
+
+// icmpv6Checksum returns the Internet checksum of an ICMPv6 message with its IPv6
+// pseudo-header (RFC 8200, 8.1): 0 for a received message whose checksum is right.
+func icmpv6Checksum(src, dst netip.Addr, msg []byte) uint16 {
+	s, d := src.As16(), dst.As16()
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(s[:])
+	add(d[:])
+	add(binary.BigEndian.AppendUint32(nil, uint32(len(msg))))
+	add([]byte{0, 0, 0, protocolICMPv6})
+	add(msg)
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }
 
 // UnsolicitedNA returns the unsolicited neighbour advertisement that announces addr at mac

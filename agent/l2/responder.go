@@ -24,6 +24,7 @@ import (
 	"github.com/mdlayher/ndp"
 	"github.com/mdlayher/packet"
 	"golang.org/x/net/ipv6"
+	"k8s.io/klog/v2"
 )
 
 // Stats counts what a Responder has done.
@@ -219,13 +220,15 @@ func (r *Responder) Serve() error {
 		}
 		r.read.Add(1)
 		var reply []byte
-		var ok bool
+		var why Drop
 		if r.ipv6 {
-			reply, ok = NDPReply(buf[:n], r.ifi.HardwareAddr, r.src, owns)
+			reply, why = NDPReply(buf[:n], r.ifi.HardwareAddr, r.src, owns)
 		} else {
-			reply, ok = ARPReply(buf[:n], r.ifi.HardwareAddr, owns)
+			reply, why = ARPReply(buf[:n], r.ifi.HardwareAddr, owns)
 		}
-		if !ok {
+		if why != Answered {
+			// Every frame on a busy segment can get here: only at a high verbosity.
+			klog.V(5).InfoS("Dropped a frame", "interface", r.ifi.Name, "reason", why)
 			continue
 		}
 		if _, err := r.conn.WriteTo(reply, &packet.Addr{HardwareAddr: reply[:6]}); err == nil {
