@@ -152,27 +152,42 @@ func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Reques
 	byAddr := map[netip.Addr]*Address{}
 	var refused []Refusal
 	withdrawn := func(n string) bool { return n == node || down(n) }
-	for _, r := range requests {
+	assign := func(r *annotation.Request) (string, []string) {
 		d := down
 		if len(coveredBy) > 0 && slices.ContainsFunc(r.Plan(), func(n string) bool { return slices.Contains(coveredBy, n) }) {
 			d = withdrawn
 		}
-		assignee, covers := Assignee(r, d)
-		if assignee != node || node == "" {
+		return Assignee(r, d)
+	}
+	planner := planners(requests)
+	for _, r := range requests {
+		assignee, covers := assign(r)
+		if !r.Ours() {
+			if assignee == node && node != "" {
+				reason := NotLoadBalancer
+				if r.Ownership == annotation.OtherClass {
+					reason = OtherClass
+				}
+				refused = append(refused, Refusal{Service: r.Service, Reason: reason})
+			}
 			continue
 		}
-		switch r.Ownership {
-		case annotation.NotLoadBalancer:
-			refused = append(refused, Refusal{Service: r.Service, Reason: NotLoadBalancer})
-			continue
-		case annotation.OtherClass:
-			refused = append(refused, Refusal{Service: r.Service, Reason: OtherClass})
+		if node == "" {
 			continue
 		}
-		for _, bad := range r.BadIngress {
-			refused = append(refused, Refusal{Service: r.Service, Address: bad, Reason: NotAnAddress})
+		if assignee == node {
+			for _, bad := range r.BadIngress {
+				refused = append(refused, Refusal{Service: r.Service, Address: bad, Reason: NotAnAddress})
+			}
 		}
 		for _, addr := range r.Ingress {
+			assignee, covers := assignee, covers
+			if p := planner[addr]; p != nil && p != r {
+				assignee, covers = assign(p)
+			}
+			if assignee != node {
+				continue
+			}
 			pool, reason := admit(addr, cfg, nodeLabels)
 			if reason != "" {
 				refused = append(refused, Refusal{Service: r.Service, Address: addr.String(), Reason: reason})
@@ -221,15 +236,8 @@ func admit(addr netip.Addr, cfg *config.Config, nodeLabels labels.Set) (*config.
 // labelsOf returns a node's labels, for the pools' nodeSelectors.
 func Assignments(requests []*annotation.Request, cfg *config.Config, labelsOf func(node string) labels.Set, down Down) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
-	for _, r := range requests {
-		if !r.Ours() {
-			continue
-		}
-		node, _ := Assignee(r, down)
-		if node == "" {
-			continue
-		}
-		for _, addr := range r.Ingress {
+	for addr, r := range planners(requests) {
+		if node, _ := Assignee(r, down); node != "" {
 			if _, reason := admit(addr, cfg, labelsOf(node)); reason == "" {
 				out[node] = append(out[node], addr)
 			}

@@ -70,7 +70,9 @@ func TestComputeWithDownNodes(t *testing.T) {
 	nodePort.Spec.Type = v1.ServiceTypeNodePort
 	services := []*v1.Service{
 		planned("web", []string{"node-a", "node-b", "node-c"}, "198.18.0.65"),
-		// Two Services of one address, with plans through node-b from two announcers.
+		// Two Services of one address, with plans through node-b from two announcers (the
+		// ccm writes one plan to both; one edited by hand): shared-1's, the first by name,
+		// decides, so that the address has one announcer.
 		planned("shared-1", []string{"node-a", "node-b"}, "198.18.0.66"),
 		planned("shared-2", []string{"node-c", "node-b"}, "198.18.0.66"),
 		planned("other", []string{"node-c", "node-a"}, "198.18.0.67"),
@@ -87,18 +89,22 @@ func TestComputeWithDownNodes(t *testing.T) {
 		refused []Refusal
 	}{
 		{"nobody down: the announcer's own", "node-a", nil,
-			[]Address{addr("198.18.0.65", nil, "ns/web"), addr("198.18.0.66", nil, "ns/shared-1")},
+			[]Address{addr("198.18.0.65", nil, "ns/web"), addr("198.18.0.66", nil, "ns/shared-1", "ns/shared-2")},
 			[]Refusal{{Service: "ns/nodeport", Reason: NotLoadBalancer}}},
+		{"nobody down: the announcer of another plan of a shared address does not announce it", "node-c", nil,
+			[]Address{addr("198.18.0.67", nil, "ns/other")}, nil},
 		{"nobody down: a standby announces nothing", "node-b", nil, nil, nil},
 		{"the announcer down announces nothing", "node-a", []string{"node-a"}, nil, nil},
 		{"announcer down: its first standby takes over, covering it", "node-b", []string{"node-a"},
-			[]Address{addr("198.18.0.65", []string{"node-a"}, "ns/web"), addr("198.18.0.66", []string{"node-a"}, "ns/shared-1")},
+			[]Address{addr("198.18.0.65", []string{"node-a"}, "ns/web"), addr("198.18.0.66", []string{"node-a"}, "ns/shared-1", "ns/shared-2")},
 			[]Refusal{{Service: "ns/nodeport", Reason: NotLoadBalancer}}},
-		{"both announcers of a shared address down: one address, covering both", "node-b", []string{"node-c", "node-a"},
-			[]Address{addr("198.18.0.65", []string{"node-a"}, "ns/web"), addr("198.18.0.66", []string{"node-a", "node-c"}, "ns/shared-1", "ns/shared-2")},
+		{"both announcers of a shared address down: shared-1's plan decides", "node-b", []string{"node-c", "node-a"},
+			[]Address{addr("198.18.0.65", []string{"node-a"}, "ns/web"), addr("198.18.0.66", []string{"node-a"}, "ns/shared-1", "ns/shared-2")},
 			[]Refusal{{Service: "ns/nodeport", Reason: NotLoadBalancer}}},
+		// shared-1's plan has no live node left: one plan per address, so shared-2's does
+		// not step in.
 		{"two down ahead: the second standby, covering both", "node-c", []string{"node-a", "node-b"},
-			[]Address{addr("198.18.0.65", []string{"node-a", "node-b"}, "ns/web"), addr("198.18.0.66", nil, "ns/shared-2"), addr("198.18.0.67", nil, "ns/other")},
+			[]Address{addr("198.18.0.65", []string{"node-a", "node-b"}, "ns/web"), addr("198.18.0.67", nil, "ns/other")},
 			nil},
 	} {
 		addrs, refused := Compute(tc.node, nil, services, cfg, downSet(tc.down...))
