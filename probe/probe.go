@@ -99,6 +99,11 @@ const (
 	// MaxDatagram is the size of the largest datagram: a verdict naming every node of a
 	// large cluster still fits.
 	MaxDatagram = 65507
+	// MaxUnfragmented is the size of the largest datagram any sender of this package
+	// makes: the IPv6 minimum MTU, 1280, less the IPv6 and UDP headers, so that no datagram
+	// is ever fragmented on a link either family runs on. A fragment lost drops the whole
+	// datagram, and reassembly is the easiest place to attack a host.
+	MaxUnfragmented = 1280 - 40 - 8
 	maxNodeName = 253
 )
 
