@@ -46,15 +46,17 @@ import (
 )
 
 type options struct {
-	nodeName       string
-	kubeconfig     string
-	cloudConfig    string
-	probeAddress   string
-	probeKey       string
-	metricsAddress string
-	shutdownGrace  time.Duration
-	configReload   time.Duration
-	logs           *logsapi.LoggingConfiguration
+	nodeName     string
+	kubeconfig   string
+	cloudConfig  string
+	probeAddress string
+	probeKey     string
+	// verdictPublicKey is the file of the ccm's public keys.
+	verdictPublicKey string
+	metricsAddress   string
+	shutdownGrace    time.Duration
+	configReload     time.Duration
+	logs             *logsapi.LoggingConfiguration
 }
 
 func main() {
@@ -81,6 +83,7 @@ ccm's health probes.`,
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
 	fs.StringVar(&o.cloudConfig, "cloud-config", "", "Path to the cloud-config the ccm uses: its pools bound what this node may announce.")
 	fs.StringVar(&o.probeKey, "probe-key-file", "", "File holding the probe key, one key per line (the first signs, every one verifies), shared with the ccm: from the Secret the install creates.")
+	fs.StringVar(&o.verdictPublicKey, "verdict-public-key-file", "", "File holding the ccm's Ed25519 public keys (PEM blocks \"PUBLIC KEY\", any of them verifies): the agent takes only verdicts and duty lists signed by the ccm. From the probe key Secret (verdict.pub).")
 	fs.StringVar(&o.probeAddress, "probe-address", "", `UDP address of the health responder the ccm probes; ":<failover.agentPort of the cloud-config>" when empty.`)
 	fs.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "HTTP address serving /metrics, /healthz and /readyz.")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", o.shutdownGrace, "On SIGTERM, how long to keep answering, as draining, while Services still name this node.")
@@ -108,6 +111,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--probe-key-file: %w", err)
 	}
+	if o.verdictPublicKey == "" {
+		return errors.New("--verdict-public-key-file is required: the agent takes verdicts and duty lists only when the ccm signed them")
+	}
+	ccmKey, err := probe.LoadVerifier(o.verdictPublicKey)
+	if err != nil {
+		return fmt.Errorf("--verdict-public-key-file: %w", err)
+	}
 	if o.probeAddress == "" {
 		o.probeAddress = ":" + strconv.Itoa(cfg.Failover.AgentPort)
 	}
@@ -123,7 +133,7 @@ func run(ctx context.Context, o options) error {
 	if err := checkNode(ctx, client, o.nodeName); err != nil {
 		return err
 	}
-	responder, err := probe.NewResponder(o.nodeName, key)
+	responder, err := probe.NewResponder(o.nodeName, key, ccmKey)
 	if err != nil {
 		return fmt.Errorf("--node-name: %w", err)
 	}
@@ -153,7 +163,7 @@ func run(ctx context.Context, o options) error {
 	// is kept. This node's labels decide which pools' addresses it may announce.
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(peerNode(o.nodeName)))
 	nodes := nodeFactory.Core().V1().Nodes()
-	peers := prober.New(cfg.Failover, key, nodes, probe.FromAgent)
+	peers := prober.New(cfg.Failover, key, nil, nodes, probe.FromAgent)
 	standbys := standby.New(o.nodeName, cfg.Failover, responder, peers)
 	var watcher *servicewatch.Watcher
 	sp := speaker.New(speaker.Options{

@@ -44,7 +44,7 @@ const lbStatusWorkers = 4
 
 // startAnnouncer runs the prober and the announcer on the ccm's shared caches, and shows
 // them on the status page.
-func startAnnouncer(page *statuspage.Page, key func() *probe.Key) app.InitFuncConstructor {
+func startAnnouncer(page *statuspage.Page, keys func() channelKeys) app.InitFuncConstructor {
 	return func(initContext app.ControllerInitContext, completed *cloudcontrollerconfig.CompletedConfig, cloud cloudprovider.Interface) app.InitFunc {
 		return func(ctx context.Context, _ genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
 			c := cloud.(*provider.Cloud)
@@ -55,7 +55,7 @@ func startAnnouncer(page *statuspage.Page, key func() *probe.Key) app.InitFuncCo
 				return nil, false, err
 			}
 			factory := completed.SharedInformers
-			p := prober.New(c.Config().Failover, key(), factory.Core().V1().Nodes(), probe.FromCCM)
+			p := prober.New(c.Config().Failover, keys().probe, keys().signer, factory.Core().V1().Nodes(), probe.FromCCM)
 			a := announcer.New(c.Config(), factory, client, c.Recorder(), p)
 			c.OnConfigChange(a.SetConfig)
 			duties := duty.New(c.Config(), factory.Core().V1().Services(), factory.Core().V1().Nodes(), p)

@@ -37,7 +37,15 @@ import (
 type flagValues struct {
 	statusAddress string
 	probeKey      string
+	verdictKey    string
 	configReload  time.Duration
+}
+
+// channelKeys are the keys of the failover channel: the probe key the ccm shares with the
+// agents, and the private key only the ccm holds, which signs its verdicts and duty lists.
+type channelKeys struct {
+	probe  *probe.Key
+	signer *probe.Signer
 }
 
 func main() {
@@ -66,11 +74,13 @@ func main() {
 		"host:port to serve the read-only status page on (/ as HTML, /status.json), without authentication; empty disables it. A standby answers 503.")
 	fs.StringVar(&o.probeKey, "probe-key-file", "",
 		"File holding the probe key, one key per line (the first signs, every one verifies), shared with the agents: from the Secret the install creates. Required.")
+	fs.StringVar(&o.verdictKey, "verdict-key-file", "",
+		"File holding the Ed25519 private key (PEM, as openssl genpkey -algorithm ed25519 writes it) that signs the verdicts and duty lists; only the ccm holds it, the agents hold its public key. Required.")
 	fs.DurationVar(&o.configReload, "cloud-config-reload-interval", o.configReload,
 		"How often the leader checks the cloud-config file for changes; a valid new file takes effect at once, an invalid one is logged and the last good one kept.")
 
 	var cloud *provider.Cloud
-	var key *probe.Key
+	var keys channelKeys
 	page := statuspage.New()
 	cmd := app.NewCloudControllerManagerCommand(opts,
 		func(*cloudconfig.CompletedConfig) cloudprovider.Interface {
@@ -84,7 +94,7 @@ func main() {
 			}
 			return cloud
 		},
-		controllers(page, func() *probe.Key { return key }, func() time.Duration { return o.configReload }), names.CCMControllerAliases(), flags, wait.NeverStop)
+		controllers(page, func() channelKeys { return keys }, func() time.Duration { return o.configReload }), names.CCMControllerAliases(), flags, wait.NeverStop)
 	cmd.Use = "baremetal-ccm"
 	cmd.Long = `baremetal-ccm gives Services of type LoadBalancer addresses from the pools of its
 cloud-config, and picks the node that announces each address.`
@@ -98,8 +108,14 @@ cloud-config, and picks the node that announces each address.`
 		if o.probeKey == "" {
 			return errors.New("--probe-key-file is required: the agents answer only probes authenticated with the key they share with the ccm")
 		}
-		if key, err = probe.LoadKey(o.probeKey); err != nil {
+		if keys.probe, err = probe.LoadKey(o.probeKey); err != nil {
 			return fmt.Errorf("--probe-key-file: %w", err)
+		}
+		if o.verdictKey == "" {
+			return errors.New("--verdict-key-file is required: the agents take only verdicts and duty lists signed with the private key whose public key they hold")
+		}
+		if keys.signer, err = probe.LoadSigner(o.verdictKey); err != nil {
+			return fmt.Errorf("--verdict-key-file: %w", err)
 		}
 		return nil
 	}
@@ -123,7 +139,7 @@ func newCloud(name, configFile string) (*provider.Cloud, error) {
 // controllers returns the controllers of the ccm, each with the client name it is known
 // by in the API server's logs and metrics. They run on the leader only. Nodes and routes
 // are not a bare-metal provider's business.
-func controllers(page *statuspage.Page, key func() *probe.Key, reloadInterval func() time.Duration) map[string]app.ControllerInitFuncConstructor {
+func controllers(page *statuspage.Page, keys func() channelKeys, reloadInterval func() time.Duration) map[string]app.ControllerInitFuncConstructor {
 	return map[string]app.ControllerInitFuncConstructor{
 		names.ServiceLBController: {
 			InitContext: app.ControllerInitContext{ClientName: "baremetal-service-controller"},
@@ -131,7 +147,7 @@ func controllers(page *statuspage.Page, key func() *probe.Key, reloadInterval fu
 		},
 		announcer.Name: {
 			InitContext: app.ControllerInitContext{ClientName: announcer.Name},
-			Constructor: startAnnouncer(page, key),
+			Constructor: startAnnouncer(page, keys),
 		},
 		lbstatus.Name: {
 			InitContext: app.ControllerInitContext{ClientName: lbstatus.Name},

@@ -73,20 +73,23 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	return r, nil
 }
 
-// ParseVerdict decodes an authenticated verdict.
-func (k *Key) ParseVerdict(b []byte) (Verdict, error) {
-	d, err := k.decoder(b, typeVerdict)
+// ParseVerdict decodes a verdict datagram authenticated by k and signed by a key of v.
+// One authenticated but not signed is an ErrSignature.
+func (k *Key) ParseVerdict(v *Verifier, b []byte) (VerdictPart, error) {
+	d, err := k.signedDecoder(v, b, typeVerdict)
 	if err != nil {
-		return Verdict{}, err
+		return VerdictPart{}, err
 	}
-	v := Verdict{VerdictRef: VerdictRef{Instance: d.uint64(), Seq: d.uint64()}}
-	for n := int(d.uint16()); n > 0 && d.err == nil; n-- {
-		v.Down = append(v.Down, d.name())
+	p := VerdictPart{Verdict: Verdict{VerdictRef: VerdictRef{Instance: d.uint64(), Seq: d.uint64()}}}
+	var n int
+	p.Part, p.Parts, n = d.parts("verdict")
+	for ; n > 0 && d.err == nil; n-- {
+		p.Down = append(p.Down, d.name())
 	}
 	if err := d.end("verdict"); err != nil {
-		return Verdict{}, err
+		return VerdictPart{}, err
 	}
-	return v, nil
+	return p, nil
 }
 
 // IsVerdict reports whether b claims to be a verdict of this version: which Parse to call.

@@ -39,59 +39,55 @@ func (d Digest) String() string { return fmt.Sprintf("%016x", uint64(d)) }
 type Duty struct {
 	// Instance is the ccm's, as in its requests.
 	Instance uint64
+	// Seq increases with every duty list the instance makes, for any node: an agent takes
+	// no list older than the one it holds.
+	Seq uint64
+	// To is the NodeTag of the node the list is for: a list recorded on its way to one
+	// node is nothing to another.
+	To uint64
 	// Digest is DigestOf(Addrs).
 	Digest Digest
 	// Addrs are the addresses.
 	Addrs []netip.Addr
 }
 
-// dutyPerDatagram is how many addresses one duty datagram holds at most: IPv6 ones all,
-// under MaxDatagram.
-const dutyPerDatagram = (MaxDatagram - headerLen - 8 - 8 - 2 - 2 - macLen) / 17
-
-// maxDutyParts bounds the parts of one duty: 255 datagrams hold 980,000 addresses.
-const maxDutyParts = 255
-
-// AppendDuty returns the authenticated datagrams that carry d: one, or several when d
-// holds more addresses than one holds. It fails only beyond 255 datagrams.
-func (k *Key) AppendDuty(d Duty) ([][]byte, error) {
-	parts := max(1, (len(d.Addrs)+dutyPerDatagram-1)/dutyPerDatagram)
-	if parts > maxDutyParts {
-		return nil, fmt.Errorf("probe duty: %d addresses take %d datagrams, at most %d", len(d.Addrs), parts, maxDutyParts)
-	}
-	out := make([][]byte, 0, parts)
-	for i := range parts {
-		addrs := d.Addrs[min(len(d.Addrs), i*dutyPerDatagram):min(len(d.Addrs), (i+1)*dutyPerDatagram)]
-		b := []byte{magic[0], magic[1], Version, typeDuty}
-		b = binary.BigEndian.AppendUint64(b, d.Instance)
-		b = binary.BigEndian.AppendUint64(b, uint64(d.Digest))
-		b = append(b, byte(i), byte(parts))
-		b = binary.BigEndian.AppendUint16(b, uint16(len(addrs)))
-		for _, a := range addrs {
-			a = a.Unmap()
-			b = append(append(b, byte(a.BitLen()/8)), a.AsSlice()...)
-		}
-		out = append(out, k.seal(b))
+// AppendDuty returns the datagrams of d, signed by s and authenticated by k: one, or
+// more when d holds more addresses than one holds. It fails only beyond MaxParts.
+func (k *Key) AppendDuty(s *Signer, d Duty) ([][]byte, error) {
+	head := []byte{magic[0], magic[1], Version, typeDuty}
+	head = binary.BigEndian.AppendUint64(head, d.Instance)
+	head = binary.BigEndian.AppendUint64(head, d.Seq)
+	head = binary.BigEndian.AppendUint64(head, d.To)
+	head = binary.BigEndian.AppendUint64(head, uint64(d.Digest))
+	out, err := k.appendParts(s, head, len(d.Addrs),
+		func(i int) int { return 1 + d.Addrs[i].Unmap().BitLen()/8 },
+		func(b []byte, i int) []byte {
+			a := d.Addrs[i].Unmap()
+			return append(append(b, byte(a.BitLen()/8)), a.AsSlice()...)
+		})
+	if err != nil {
+		return nil, fmt.Errorf("probe duty of %d addresses: %w", len(d.Addrs), err)
 	}
 	return out, nil
 }
 
-// DutyPart is one datagram of a Duty.
+// DutyPart is one datagram of a Duty: Addrs holds the part's addresses.
 type DutyPart struct {
 	Duty
 	// Part is this datagram's place, from 0, and Parts their number.
 	Part, Parts int
 }
 
-// ParseDuty decodes an authenticated duty datagram.
-func (k *Key) ParseDuty(b []byte) (DutyPart, error) {
-	d, err := k.decoder(b, typeDuty)
+// ParseDuty decodes a duty datagram authenticated by k and signed by a key of v.
+func (k *Key) ParseDuty(v *Verifier, b []byte) (DutyPart, error) {
+	d, err := k.signedDecoder(v, b, typeDuty)
 	if err != nil {
 		return DutyPart{}, err
 	}
-	p := DutyPart{Duty: Duty{Instance: d.uint64(), Digest: Digest(d.uint64())}}
-	p.Part, p.Parts = int(d.byte()), int(d.byte())
-	for n := int(d.uint16()); n > 0 && d.err == nil; n-- {
+	p := DutyPart{Duty: Duty{Instance: d.uint64(), Seq: d.uint64(), To: d.uint64(), Digest: Digest(d.uint64())}}
+	var n int
+	p.Part, p.Parts, n = d.parts("duty")
+	for ; n > 0 && d.err == nil; n-- {
 		l := int(d.byte())
 		if l != 4 && l != 16 && d.err == nil {
 			d.err = fmt.Errorf("%w: an address of %d bytes in a duty", ErrFormat, l)
@@ -101,9 +97,6 @@ func (k *Key) ParseDuty(b []byte) (DutyPart, error) {
 	}
 	if err := d.end("duty"); err != nil {
 		return DutyPart{}, err
-	}
-	if p.Part >= p.Parts {
-		return DutyPart{}, fmt.Errorf("%w: duty part %d of %d", ErrFormat, p.Part, p.Parts)
 	}
 	return p, nil
 }

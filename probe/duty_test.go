@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -41,24 +42,24 @@ func manyAddrs(n int) []netip.Addr {
 }
 
 func TestDutyRoundTrip(t *testing.T) {
-	for _, n := range []int{0, 1, dutyPerDatagram, dutyPerDatagram + 1, 3*dutyPerDatagram + 7} {
-		d := Duty{Instance: 7, Addrs: manyAddrs(n)}
+	for _, n := range []int{0, 1, 60, 61, 200, 5000} {
+		d := Duty{Instance: 7, Seq: 8, To: NodeTag("node-a"), Addrs: manyAddrs(n)}
 		d.Digest = DigestOf(d.Addrs)
-		parts, err := testKey.AppendDuty(d)
+		parts, err := testKey.AppendDuty(testSigner, d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := max(1, (n+dutyPerDatagram-1)/dutyPerDatagram); len(parts) != want {
-			t.Errorf("%d addresses in %d datagrams, want %d", n, len(parts), want)
+		if min := n * 11 / MaxUnfragmented; len(parts) < max(1, min) {
+			t.Errorf("%d addresses in %d datagrams, want at least %d", n, len(parts), min)
 		}
 		var got []netip.Addr
 		for i, b := range parts {
-			if len(b) > MaxDatagram || !IsDuty(b) || IsVerdict(b) {
-				t.Fatalf("part %d: %d bytes, IsDuty %v", i, len(b), IsDuty(b))
+			if len(b) > MaxUnfragmented || !IsDuty(b) || IsVerdict(b) {
+				t.Fatalf("part %d: %d bytes (at most %d), IsDuty %v", i, len(b), MaxUnfragmented, IsDuty(b))
 			}
-			p, err := testKey.ParseDuty(b)
-			if err != nil || p.Part != i || p.Parts != len(parts) || p.Instance != 7 || p.Digest != d.Digest {
-				t.Fatalf("part %d: %+v, %v", i, p.Duty.Digest, err)
+			p, err := testKey.ParseDuty(testVerifier, b)
+			if err != nil || p.Part != i || p.Parts != len(parts) || p.Instance != 7 || p.Seq != 8 || p.To != d.To || p.Digest != d.Digest {
+				t.Fatalf("part %d: %+v, %v", i, p, err)
 			}
 			got = append(got, p.Addrs...)
 		}
@@ -66,7 +67,7 @@ func TestDutyRoundTrip(t *testing.T) {
 			t.Errorf("%d addresses came back as %d", n, len(got))
 		}
 		parts[0][len(parts[0])/2] ^= 1
-		if _, err := testKey.ParseDuty(parts[0]); !errors.Is(err, ErrAuth) {
+		if _, err := testKey.ParseDuty(testVerifier, parts[0]); !errors.Is(err, ErrAuth) {
 			t.Errorf("an altered duty parses: %v", err)
 		}
 	}
@@ -87,9 +88,9 @@ func TestResponderTakesDuties(t *testing.T) {
 		req.DutyKnown, req.Duty = true, d
 		ccm.ask(t, req)
 	}
-	send := func(key *Key, d Duty) {
+	send := func(key *Key, signer *Signer, d Duty) {
 		t.Helper()
-		parts, err := key.AppendDuty(d)
+		parts, err := key.AppendDuty(signer, d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,37 +100,47 @@ func TestResponderTakesDuties(t *testing.T) {
 			}
 		}
 	}
-	big := Duty{Instance: 10, Addrs: manyAddrs(2*dutyPerDatagram + 1)}
+	tag := NodeTag("node-a")
+	big := Duty{Instance: 10, Seq: 5, To: tag, Addrs: manyAddrs(200)}
 	big.Digest = DigestOf(big.Addrs)
 	ccm.ask(t, ccm.next()) // a challenge to echo
 	expect(big.Digest)
 	if d, known := r.Expected(); d != big.Digest || !known {
 		t.Errorf("Expected() = %v, %v; want the request's %v, true", d, known, big.Digest)
 	}
-	send(testKey, big)
+	send(testKey, testSigner, big)
 	if got := r.Duty(); got == nil || got.Digest != big.Digest || len(got.Addrs) != len(big.Addrs) || calls != 1 {
-		t.Fatalf("Duty() after a duty in 3 parts = %v", got)
+		t.Fatalf("Duty() after a duty in parts = %v", got)
 	}
 	one := manyAddrs(1)
 	other := mustKey("another key, of the same length: 0123456789\n")
+	// Root on a node holds the probe key, not the ccm's private key.
+	rogue := NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
 	for name, d := range map[string]struct {
 		key    *Key
+		signer *Signer
 		duty   Duty
 		expect Digest
 	}{
-		"a ccm not followed":            {testKey, Duty{Instance: 9, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
-		"a wrong digest":                {testKey, Duty{Instance: 10, Addrs: one, Digest: 1}, 1},
-		"another key's":                 {other, Duty{Instance: 10, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
-		"another node's, or a late one": {testKey, Duty{Instance: 10, Addrs: one, Digest: DigestOf(one)}, DigestOf(manyAddrs(2))},
+		"a ccm not followed":        {testKey, testSigner, Duty{Instance: 9, Seq: 6, To: tag, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
+		"a wrong digest":            {testKey, testSigner, Duty{Instance: 10, Seq: 6, To: tag, Addrs: one, Digest: 1}, 1},
+		"another key's":             {other, testSigner, Duty{Instance: 10, Seq: 6, To: tag, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
+		"not the ccm's signature":   {testKey, rogue, Duty{Instance: 10, Seq: 6, To: tag, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
+		"another node's":            {testKey, testSigner, Duty{Instance: 10, Seq: 6, To: NodeTag("node-b"), Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
+		"an older one":              {testKey, testSigner, Duty{Instance: 10, Seq: 4, To: tag, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
+		"a late one, digest of old": {testKey, testSigner, Duty{Instance: 10, Seq: 6, To: tag, Addrs: one, Digest: DigestOf(one)}, DigestOf(manyAddrs(2))},
 	} {
 		expect(d.expect)
-		send(d.key, d.duty)
+		send(d.key, d.signer, d.duty)
 		if got := r.Duty(); got.Digest != big.Digest {
 			t.Errorf("%s duty replaced the one held", name)
 		}
 	}
+	if st := r.Stats(); st.Unsigned == 0 {
+		t.Error("a duty not signed by the ccm is not counted as Unsigned")
+	}
 	expect(0)
-	send(testKey, Duty{Instance: 10})
+	send(testKey, testSigner, Duty{Instance: 10, Seq: 7, To: tag})
 	if got := r.Duty(); got == nil || got.Digest != 0 || len(got.Addrs) != 0 || calls != 2 {
 		t.Errorf("Duty() after an empty duty = %+v", got)
 	}

@@ -18,6 +18,9 @@ var (
 	descVerdicts = metrics.NewDesc("baremetal_agent_verdicts_total",
 		"Verdicts of the ccm received, by result: taken, or stale (not newer than the one held, or not of the ccm the agent follows).",
 		[]string{"result"}, nil, metrics.ALPHA, "")
+	descUnsigned = metrics.NewDesc("baremetal_agent_unsigned_datagrams_total",
+		"Verdicts and duty lists made with the probe key but not signed by a public key the agent holds: forged by someone who holds the probe key, such as root on a node, or signed by a ccm whose new key the agent does not hold yet.",
+		nil, nil, metrics.ALPHA, "")
 	descDraining = metrics.NewDesc("baremetal_agent_draining",
 		"1 while the agent is draining (shutting down), else 0.",
 		nil, nil, metrics.ALPHA, "")
@@ -27,6 +30,7 @@ var (
 func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- descProbes
 	ch <- descVerdicts
+	ch <- descUnsigned
 	ch <- descDraining
 }
 
@@ -42,6 +46,7 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	ch <- metrics.NewLazyConstMetric(descProbes, metrics.CounterValue, float64(st.Malformed), "malformed")
 	ch <- metrics.NewLazyConstMetric(descVerdicts, metrics.CounterValue, float64(st.Verdicts), "taken")
 	ch <- metrics.NewLazyConstMetric(descVerdicts, metrics.CounterValue, float64(st.StaleVerdicts), "stale")
+	ch <- metrics.NewLazyConstMetric(descUnsigned, metrics.CounterValue, float64(st.Unsigned))
 	draining := 0.0
 	if c.r.State() == Draining {
 		draining = 1

@@ -8,10 +8,10 @@
 // neither it nor a watch. While no ccm is heard, agents probe the agents they back up with
 // the same requests.
 //
-// Version 5 of the format, all integers big-endian, every datagram starting with
+// Version 6 of the format, all integers big-endian, every datagram starting with
 //
 //	0   2  magic "BM"
-//	2   1  version: 5
+//	2   1  version: 6
 //	3   1  type: 1 request, 2 reply, 3 verdict, 4 duty, 5 refusal
 //
 // and, but for a refusal (see AppendRefusal), ending with a 16-byte code, the first 16 bytes of the HMAC-SHA256 of every byte
@@ -44,16 +44,25 @@
 //	         or 6), 1 reason (1 no up interface, 2 no address of the family), a name (the
 //	         pool), 1 length and the interface name (0 to 15 bytes)
 //
-//	verdict:
+//	verdict, signed by the ccm (below):
 //	  4   8  instance of the ccm
 //	  12  8  sequence, increasing with every new verdict of the instance
-//	  20  2  k, then k names: the nodes taken for down
+//	  20  2  part, from 0, and 2 parts: a verdict too large for one datagram is split
+//	  24  2  k, then k names: the part's nodes taken for down
 //
-//	duty, sent to an agent whose reply's digest is not the one the ccm expects:
+//	duty, signed by the ccm, sent to an agent whose reply's digest is not the one the ccm
+//	expects:
 //	  4   8  instance of the ccm
-//	  12  8  the duty digest
-//	  20  1  part, from 0, and 1 parts: a duty too large for one datagram is split
-//	  22  2  k, then k addresses, each 1 length (4 or 16) and the address
+//	  12  8  sequence, increasing with every duty list the instance makes, for any node
+//	  20  8  to: the NodeTag of the node the list is for
+//	  28  8  the duty digest
+//	  36  2  part, from 0, and 2 parts
+//	  40  2  k, then k addresses, each 1 length (4 or 16) and the address
+//
+// A verdict's and a duty's body ends, before the code, in the 64-byte Ed25519 signature of
+// every byte before it, made with a private key only the ccm holds (Signer): the probe key
+// is on every node, so root on one of them could otherwise name every other node down. No
+// datagram is longer than MaxUnfragmented, so none is ever fragmented.
 //
 // A responder answers only authenticated requests of a version it speaks, addressed to its
 // node, whose counter it has not seen from that sender (a window per sender, see
@@ -75,7 +84,7 @@ import (
 )
 
 // Version is the version of the wire format this package speaks.
-const Version = 5
+const Version = 6
 
 const (
 	typeRequest = 1
@@ -104,7 +113,7 @@ const (
 	// is ever fragmented on a link either family runs on. A fragment lost drops the whole
 	// datagram, and reassembly is the easiest place to attack a host.
 	MaxUnfragmented = 1280 - 40 - 8
-	maxNodeName = 253
+	maxNodeName     = 253
 )
 
 var magic = [2]byte{'B', 'M'}
@@ -233,6 +242,13 @@ type Verdict struct {
 	Down []string
 }
 
+// VerdictPart is one datagram of a Verdict: Down holds the part's nodes.
+type VerdictPart struct {
+	Verdict
+	// Part is this datagram's place, from 0, and Parts their number.
+	Part, Parts int
+}
+
 // ErrFormat is wrapped by every error about a malformed datagram.
 var ErrFormat = errors.New("malformed probe datagram")
 
@@ -293,28 +309,25 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	return append(b[:start], k.seal(b[start:])...), nil
 }
 
-// AppendVerdict appends the authenticated encoding of v to b. It fails if a name is not 1
-// to 253 bytes, or if the verdict does not fit in one datagram.
-func (k *Key) AppendVerdict(b []byte, v Verdict) ([]byte, error) {
-	size := headerLen + 8 + 8 + 2 + macLen
+// AppendVerdict returns the datagrams of v, signed by s and authenticated by k: one, or
+// more when v names more nodes than one holds. It fails if a name is not 1 to 253 bytes,
+// or beyond MaxParts datagrams.
+func (k *Key) AppendVerdict(s *Signer, v Verdict) ([][]byte, error) {
 	for _, n := range v.Down {
 		if err := checkName(n); err != nil {
-			return b, fmt.Errorf("probe verdict: %w", err)
+			return nil, fmt.Errorf("probe verdict: %w", err)
 		}
-		size += 1 + len(n)
 	}
-	if size > MaxDatagram {
-		return b, fmt.Errorf("probe verdict: %d nodes down take %d bytes, more than a datagram holds (%d)", len(v.Down), size, MaxDatagram)
+	head := []byte{magic[0], magic[1], Version, typeVerdict}
+	head = binary.BigEndian.AppendUint64(head, v.Instance)
+	head = binary.BigEndian.AppendUint64(head, v.Seq)
+	out, err := k.appendParts(s, head, len(v.Down),
+		func(i int) int { return 1 + len(v.Down[i]) },
+		func(b []byte, i int) []byte { return appendName(b, v.Down[i]) })
+	if err != nil {
+		return nil, fmt.Errorf("probe verdict of %d nodes down: %w", len(v.Down), err)
 	}
-	start := len(b)
-	b = append(b, magic[0], magic[1], Version, typeVerdict)
-	b = binary.BigEndian.AppendUint64(b, v.Instance)
-	b = binary.BigEndian.AppendUint64(b, v.Seq)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(v.Down)))
-	for _, n := range v.Down {
-		b = appendName(b, n)
-	}
-	return append(b[:start], k.seal(b[start:])...), nil
+	return out, nil
 }
 
 func appendName(b []byte, name string) []byte {

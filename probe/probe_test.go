@@ -2,6 +2,7 @@ package probe
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,12 @@ import (
 // testKey is a key as an install would make it: the base64 of 32 random bytes.
 var testKey = mustKey("pqN1yG3lO2xZ0cB7v8W4eR6tY9uI5oP1aS3dF7gH2jK=\n")
 
+// testSigner is the ccm's signing key in these tests, and testVerifier its public key.
+var (
+	testSigner   = NewSigner(ed25519.NewKeyFromSeed([]byte("the ccm's key for the probe tests")[:ed25519.SeedSize]))
+	testVerifier = testSigner.Verifier()
+)
+
 func mustKey(s string) *Key {
 	k, err := ParseKey([]byte(s))
 	if err != nil {
@@ -24,7 +31,7 @@ func mustKey(s string) *Key {
 
 func TestEncoding(t *testing.T) {
 	req := testKey.AppendRequest(nil, Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11, DutyKnown: true, Duty: 12, To: 13, Echo: 14})
-	want := []byte{'B', 'M', 5, 1, 1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 11, 1, 0, 0, 0, 0, 0, 0, 0, 12,
+	want := []byte{'B', 'M', 6, 1, 1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 11, 1, 0, 0, 0, 0, 0, 0, 0, 12,
 		0, 0, 0, 0, 0, 0, 0, 13, 0, 0, 0, 0, 0, 0, 0, 14}
 	if len(req) != RequestLen || len(req) != len(want)+macLen || !bytes.HasPrefix(req, want) {
 		t.Errorf("request = % x, want % x and a 16-byte code", req, want)
@@ -34,19 +41,23 @@ func TestEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []byte{'B', 'M', 5, 2, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 7, 2, 3, 6, 'n', 'o', 'd', 'e', '-', 'a',
+	want = []byte{'B', 'M', 6, 2, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 7, 2, 3, 6, 'n', 'o', 'd', 'e', '-', 'a',
 		0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 5, 1, 1, 'b',
 		0, 0, 0, 0, 0, 0, 0, 6, 1, 6, 2, 1, 'p', 4, 'e', 't', 'h', '0'}
 	if len(reply) != len(want)+macLen || !bytes.HasPrefix(reply, want) {
 		t.Errorf("reply = % x, want % x and a 16-byte code", reply, want)
 	}
-	verdict, err := testKey.AppendVerdict(nil, Verdict{VerdictRef: VerdictRef{Instance: 5, Seq: 6}, Down: []string{"x", "yz"}})
-	if err != nil {
-		t.Fatal(err)
+	verdicts, err := testKey.AppendVerdict(testSigner, Verdict{VerdictRef: VerdictRef{Instance: 5, Seq: 6}, Down: []string{"x", "yz"}})
+	if err != nil || len(verdicts) != 1 {
+		t.Fatalf("AppendVerdict: %d datagrams, %v", len(verdicts), err)
 	}
-	want = []byte{'B', 'M', 5, 3, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 2, 1, 'x', 2, 'y', 'z'}
-	if len(verdict) != len(want)+macLen || !bytes.HasPrefix(verdict, want) || !IsVerdict(verdict) || IsVerdict(req) || IsVerdict(reply) {
-		t.Errorf("verdict = % x, want % x and a 16-byte code", verdict, want)
+	verdict := verdicts[0]
+	want = []byte{'B', 'M', 6, 3, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 1, 0, 2, 1, 'x', 2, 'y', 'z'}
+	if len(verdict) != len(want)+sigLen+macLen || !bytes.HasPrefix(verdict, want) || !IsVerdict(verdict) || IsVerdict(req) || IsVerdict(reply) {
+		t.Errorf("verdict = % x, want % x, a 64-byte signature and a 16-byte code", verdict, want)
+	}
+	if !ed25519.Verify(testSigner.key.Public().(ed25519.PublicKey), verdict[:len(want)], verdict[len(want):len(want)+sigLen]) {
+		t.Error("the verdict's signature is not the Ed25519 signature of the bytes before it")
 	}
 
 	gotReq, err := testKey.ParseRequest(req)
@@ -79,8 +90,8 @@ func TestAuthentication(t *testing.T) {
 	if _, err := testKey.ParseRequest(other.AppendRequest(nil, Request{Nonce: 7, Sender: FromCCM})); !errors.Is(err, ErrAuth) {
 		t.Errorf("a request made with another key: %v, want ErrAuth", err)
 	}
-	forgedVerdict, _ := other.AppendVerdict(nil, Verdict{VerdictRef: VerdictRef{Instance: 1, Seq: 1}, Down: []string{"node-a"}})
-	if _, err := testKey.ParseVerdict(forgedVerdict); !errors.Is(err, ErrAuth) {
+	forgedVerdict, _ := other.AppendVerdict(testSigner, Verdict{VerdictRef: VerdictRef{Instance: 1, Seq: 1}, Down: []string{"node-a"}})
+	if _, err := testKey.ParseVerdict(testVerifier, forgedVerdict[0]); !errors.Is(err, ErrAuth) {
 		t.Errorf("a verdict made with another key: %v, want ErrAuth", err)
 	}
 	// A key being rolled out: the file lists the new one second, then first.
@@ -133,7 +144,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"short", good[:11], "11 bytes, want at least 20"},
 		{"magic", append([]byte("XM"), good[2:]...), "magic 0x584d"},
-		{"version", append([]byte{'B', 'M', 3}, good[3:]...), "version 3, want 5"},
+		{"version", append([]byte{'B', 'M', 3}, good[3:]...), "version 3, want 6"},
 		{"request as reply", testKey.AppendRequest(nil, Request{Sender: FromCCM}), "type 1, want 2"},
 		{"no state", sealed(header), "datagram of 36 bytes ends inside a field"},
 		{"state", sealed(header, []byte{4, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{0}), "unknown state(4)"},
@@ -177,11 +188,14 @@ func FuzzParse(f *testing.F) {
 	f.Add(testKey.AppendRequest(nil, Request{Nonce: 1, Sender: FromCCM, Instance: 2, Counter: 3, Verdict: 4}))
 	reply, _ := testKey.AppendReply(nil, Reply{Nonce: 1, State: Ready, Node: "node-a", Verdict: VerdictRef{1, 2}, Covers: []string{"b", "c"}})
 	f.Add(reply)
-	verdict, _ := testKey.AppendVerdict(nil, Verdict{VerdictRef: VerdictRef{1, 2}, Down: []string{"a", "b"}})
-	f.Add(verdict)
-	f.Add([]byte("BM\x03\x03"))
+	verdict, _ := testKey.AppendVerdict(testSigner, Verdict{VerdictRef: VerdictRef{1, 2}, Down: []string{"a", "b"}})
+	f.Add(verdict[0])
+	duty, _ := testKey.AppendDuty(testSigner, Duty{Instance: 1, Seq: 2, To: 3, Digest: 4, Addrs: manyAddrs(3)})
+	f.Add(duty[0])
+	f.Add([]byte("BM\x06\x03"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, in := range [][]byte{b, testKey.seal(bytes.Clone(b))} {
+		// Sealed, and signed then sealed, so that the decoders behind both checks are fuzzed.
+		for _, in := range [][]byte{b, testKey.seal(bytes.Clone(b)), testKey.seal(testSigner.sign(bytes.Clone(b)))} {
 			if r, err := testKey.ParseReply(in); err == nil {
 				// Flag bits this version does not know are not kept: compare what parses.
 				if out, err := testKey.AppendReply(nil, r); err == nil {
@@ -193,12 +207,21 @@ func FuzzParse(f *testing.F) {
 			if r, err := testKey.ParseRequest(in); err == nil && !bytes.Equal(in, testKey.AppendRequest(nil, r)) {
 				t.Errorf("request %+v parsed from % x does not encode back", r, in)
 			}
-			if v, err := testKey.ParseVerdict(in); err == nil {
+			// A datagram that is the whole of its message encodes back to itself.
+			if v, err := testKey.ParseVerdict(testVerifier, in); err == nil {
 				if !IsVerdict(in) {
 					t.Errorf("verdict %+v parsed from % x, which IsVerdict denies", v, in)
 				}
-				if out, err := testKey.AppendVerdict(nil, v); err == nil && !bytes.Equal(in, out) {
+				if out, err := testKey.AppendVerdict(testSigner, v.Verdict); err == nil && v.Parts == 1 && (len(out) != 1 || !bytes.Equal(in, out[0])) {
 					t.Errorf("verdict %+v parsed from % x encodes as % x", v, in, out)
+				}
+			}
+			if d, err := testKey.ParseDuty(testVerifier, in); err == nil {
+				if !IsDuty(in) {
+					t.Errorf("duty %+v parsed from % x, which IsDuty denies", d, in)
+				}
+				if out, err := testKey.AppendDuty(testSigner, d.Duty); err == nil && d.Parts == 1 && (len(out) != 1 || !bytes.Equal(in, out[0])) {
+					t.Errorf("duty %+v parsed from % x encodes as % x", d, in, out)
 				}
 			}
 		}
@@ -212,7 +235,7 @@ func TestResponderServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewResponder("node-a", testKey)
+	r, err := NewResponder("node-a", testKey, testVerifier)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +303,7 @@ func TestResponderServe(t *testing.T) {
 }
 
 func TestNewResponderRefusesBadName(t *testing.T) {
-	if _, err := NewResponder("", testKey); err == nil {
+	if _, err := NewResponder("", testKey, testVerifier); err == nil {
 		t.Error("NewResponder(\"\") succeeded")
 	}
 }

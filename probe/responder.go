@@ -18,9 +18,11 @@ import (
 // concurrent use.
 type Responder struct {
 	node string
-	// tag is the node's NodeTag: requests for another node are not answered.
-	tag     uint64
-	key     *Key
+	// tag is the node's NodeTag: requests and duties for another node are not taken.
+	tag uint64
+	key *Key
+	// ccm checks that verdicts and duties are the ccm's.
+	ccm     *Verifier
 	senders senders
 	state   atomic.Uint32
 	// lastCCM is when the ccm followed was last heard, in Unix nanoseconds.
@@ -34,6 +36,7 @@ type Responder struct {
 	// newestVerdict is the verdict the newest request of the ccm followed said it is at.
 	newestVerdict VerdictRef
 	verdict       Verdict
+	verdictParts  gather[string]
 	covers        []string
 	standsDown    bool
 	onVerdict     func()
@@ -41,9 +44,9 @@ type Responder struct {
 	expected      Digest
 	expectedKnown bool
 	// duty is the newest duty list taken, and parts the parts of one still arriving.
-	duty   *Duty
-	parts  map[int][]netip.Addr
-	onDuty func()
+	duty      *Duty
+	dutyParts gather[netip.Addr]
+	onDuty    func()
 	// digest, confirmedOnly and unable are what the following replies say of the agent's
 	// own view and of what it cannot announce.
 	digest        Digest
@@ -55,8 +58,10 @@ type Responder struct {
 	// refusals limits the refusals of requests made with another key to one a second.
 	refusals *rate.Limiter
 	authLog  AuthLog
+	// signLog logs verdicts and duties made with the probe key but not the ccm's private key.
+	signLog AuthLog
 
-	requests, replies, malformed, unauthenticated, misdirected, replayed, limited, verdicts, staleVerdicts atomic.Uint64
+	requests, replies, malformed, unauthenticated, unsigned, misdirected, replayed, limited, verdicts, staleVerdicts atomic.Uint64
 }
 
 // Stats counts the datagrams a Responder has handled.
@@ -70,6 +75,9 @@ type Stats struct {
 	// Unauthenticated is the number of requests whose code did not check: sent without
 	// the key, or altered on the way.
 	Unauthenticated uint64
+	// Unsigned is the number of authenticated verdicts and duty lists whose signature is
+	// not the ccm's: made by someone who holds the probe key, such as root on a node.
+	Unsigned uint64
 	// Misdirected is the number of authenticated requests for another node: recorded on
 	// their way to it and sent here, or sent to a wrong address.
 	Misdirected uint64
@@ -81,18 +89,19 @@ type Stats struct {
 	Limited uint64
 	// Verdicts is the number of verdicts taken.
 	Verdicts uint64
-	// StaleVerdicts is the number of authenticated verdicts left because they were not
+	// StaleVerdicts is the number of verdict datagrams left because they were not
 	// newer than the one held (replayed or late), or were not of the ccm followed.
 	StaleVerdicts uint64
 }
 
 // NewResponder returns a Responder for node, in state Ready, that answers the requests
-// authenticated with key.
-func NewResponder(node string, key *Key) (*Responder, error) {
+// authenticated with key, and takes the verdicts and duty lists that are also signed by a
+// key of ccm.
+func NewResponder(node string, key *Key, ccm *Verifier) (*Responder, error) {
 	if err := checkReply(Reply{State: Ready, Node: node}); err != nil {
 		return nil, err
 	}
-	r := &Responder{node: node, tag: NodeTag(node), key: key, refusals: rate.NewLimiter(1, 1)}
+	r := &Responder{node: node, tag: NodeTag(node), key: key, ccm: ccm, refusals: rate.NewLimiter(1, 1)}
 	r.state.Store(uint32(Ready))
 	return r, nil
 }
@@ -113,7 +122,7 @@ func (r *Responder) State() State { return State(r.state.Load()) }
 func (r *Responder) Stats() Stats {
 	return Stats{
 		Requests: r.requests.Load(), Replies: r.replies.Load(), Malformed: r.malformed.Load(),
-		Unauthenticated: r.unauthenticated.Load(), Misdirected: r.misdirected.Load(), Replayed: r.replayed.Load(), Limited: r.limited.Load(),
+		Unauthenticated: r.unauthenticated.Load(), Unsigned: r.unsigned.Load(), Misdirected: r.misdirected.Load(), Replayed: r.replayed.Load(), Limited: r.limited.Load(),
 		Verdicts: r.verdicts.Load(), StaleVerdicts: r.staleVerdicts.Load(),
 	}
 }
@@ -295,6 +304,9 @@ func (r *Responder) rejected(err error) bool {
 	switch {
 	case errors.Is(err, ErrAuth):
 		r.unauthenticated.Add(1)
+	case errors.Is(err, ErrSignature):
+		r.unsigned.Add(1)
+		r.signLog.Log("Verdicts or duty lists made with the probe key but not signed by the ccm: forged by someone who holds the probe key, or signed with a key this agent does not hold (--verdict-public-key-file)", "node", r.node)
 	case err != nil:
 		r.malformed.Add(1)
 	default:
@@ -303,20 +315,25 @@ func (r *Responder) rejected(err error) bool {
 	return true
 }
 
-// takeVerdict takes an authenticated verdict of the ccm followed that replaces the one
-// held.
+// takeVerdict takes a signed verdict of the ccm followed that replaces the one held, once
+// all its parts are in.
 func (r *Responder) takeVerdict(b []byte) {
-	v, err := r.key.ParseVerdict(b)
+	p, err := r.key.ParseVerdict(r.ccm, b)
 	if r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
-	if v.Instance != r.follow.instance || !v.Replaces(r.verdict.VerdictRef) {
+	if p.Instance != r.follow.instance || !p.Replaces(r.verdict.VerdictRef) {
 		r.mu.Unlock()
 		r.staleVerdicts.Add(1)
 		return
 	}
-	r.verdict = v
+	down, whole := r.verdictParts.add(p.Instance, p.Seq, p.Part, p.Parts, p.Down)
+	if !whole {
+		r.mu.Unlock()
+		return
+	}
+	r.verdict = Verdict{VerdictRef: p.VerdictRef, Down: down}
 	f := r.onVerdict
 	r.mu.Unlock()
 	r.verdicts.Add(1)
@@ -366,42 +383,28 @@ func (r *Responder) OnDuty(f func()) {
 	r.onDuty = f
 }
 
-// takeDuty takes an authenticated duty datagram of the ccm followed whose digest is the
-// one that ccm's newest request said to expect: the parts of a list are gathered until it
-// is whole. So a duty sent to another node, an older one arriving late, or one of another
-// ccm, counts for nothing.
+// takeDuty takes a signed duty datagram of the ccm followed, for this node, newer than the
+// list held, whose digest is the one that ccm's newest request said to expect: the parts
+// of a list are gathered until it is whole. So a duty sent to another node, an older one
+// arriving late, or one of another ccm, counts for nothing.
 func (r *Responder) takeDuty(b []byte) {
-	p, err := r.key.ParseDuty(b)
+	p, err := r.key.ParseDuty(r.ccm, b)
 	if r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
-	if p.Instance != r.follow.instance || !r.expectedKnown || p.Digest != r.expected {
+	if p.To != r.tag || p.Instance != r.follow.instance || !r.expectedKnown || p.Digest != r.expected ||
+		(r.duty != nil && r.duty.Instance == p.Instance && p.Seq <= r.duty.Seq) {
 		r.mu.Unlock()
 		return
 	}
-	if p.Parts > 1 {
-		if r.parts == nil || p.Part == 0 {
-			r.parts = map[int][]netip.Addr{}
-		}
-		r.parts[p.Part] = p.Addrs
-		if len(r.parts) < p.Parts {
-			r.mu.Unlock()
-			return
-		}
-		var all []netip.Addr
-		for i := range p.Parts {
-			all = append(all, r.parts[i]...)
-		}
-		r.parts = nil
-		p.Addrs = all
-	}
-	if DigestOf(p.Addrs) != p.Digest {
-		// Parts of two lists mixed: wait for the next whole one.
+	addrs, whole := r.dutyParts.add(p.Instance, p.Seq, p.Part, p.Parts, p.Addrs)
+	if !whole || DigestOf(addrs) != p.Digest {
 		r.mu.Unlock()
 		return
 	}
 	d := p.Duty
+	d.Addrs = addrs
 	r.duty = &d
 	f := r.onDuty
 	r.mu.Unlock()

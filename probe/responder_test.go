@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -63,22 +64,30 @@ func (c *talker) ask(t *testing.T, req Request) Reply {
 
 func newTestResponder(t *testing.T) *Responder {
 	t.Helper()
-	r, err := NewResponder("node-a", testKey)
+	r, err := NewResponder("node-a", testKey, testVerifier)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-// sendVerdict hands the Responder v, sealed with key.
+// sendVerdict hands the Responder v, signed by the ccm and sealed with key.
 func sendVerdict(t *testing.T, r *Responder, key *Key, v Verdict) {
 	t.Helper()
-	b, err := key.AppendVerdict(nil, v)
+	sendSignedVerdict(t, r, key, testSigner, v)
+}
+
+// sendSignedVerdict hands the Responder v, signed by s and sealed with key.
+func sendSignedVerdict(t *testing.T, r *Responder, key *Key, s *Signer, v Verdict) {
+	t.Helper()
+	parts, err := key.AppendVerdict(s, v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := r.Handle(b, nil); ok {
-		t.Fatal("a verdict was answered")
+	for _, b := range parts {
+		if _, ok := r.Handle(b, nil); ok {
+			t.Fatal("a verdict was answered")
+		}
 	}
 }
 
@@ -268,7 +277,7 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 	ccm := newTalker(r, FromCCM, 10)
 	ccm.ask(t, ccm.next())
 	ccm.ask(t, ccm.next())
-	// A verdict of a large cluster's worth of nodes still fits in one datagram.
+	// A verdict of a large cluster's worth of nodes, in many datagrams.
 	many := make([]string, 5000)
 	for i := range many {
 		many[i] = fmt.Sprintf("node-%04d", i)
@@ -285,22 +294,27 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 		t.Errorf("reply holds verdict %+v, want %+v", got.Verdict, held.VerdictRef)
 	}
 	other := mustKey("another key, of the same length: 0123456789\n")
+	// Root on a node: the probe key, and a private key that is not the ccm's.
+	rogue := NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
+	heldParts, _ := testKey.AppendVerdict(testSigner, held)
 	for i, v := range []struct {
-		key *Key
-		v   Verdict
+		key    *Key
+		signer *Signer
+		v      Verdict
 	}{
-		{testKey, held}, // replayed
-		{testKey, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 1}}},          // late
-		{testKey, Verdict{VerdictRef: VerdictRef{Instance: 9, Seq: 100}}},         // a ccm not followed
-		{other, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 9}, Down: nil}}, // forged
+		{testKey, testSigner, held}, // replayed
+		{testKey, testSigner, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 1}}},                      // late
+		{testKey, testSigner, Verdict{VerdictRef: VerdictRef{Instance: 9, Seq: 100}}},                     // a ccm not followed
+		{other, testSigner, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 9}, Down: nil}},             // forged
+		{testKey, rogue, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 9}, Down: []string{"node-a"}}}, // not the ccm's
 	} {
-		sendVerdict(t, r, v.key, v.v)
+		sendSignedVerdict(t, r, v.key, v.signer, v.v)
 		if got := r.Verdict(); got.VerdictRef != held.VerdictRef || len(got.Down) != len(many) {
 			t.Errorf("verdict %d (%+v) replaced the one held: now %+v", i, v.v.VerdictRef, got.VerdictRef)
 		}
 	}
-	if st := r.Stats(); st.Verdicts != 1 || st.StaleVerdicts != 3 || st.Unauthenticated != 1 || calls != 1 {
-		t.Errorf("Stats = %+v, %d calls of OnVerdict; want 1 verdict taken, 3 stale, 1 unauthenticated, 1 call", st, calls)
+	if st := r.Stats(); st.Verdicts != 1 || st.StaleVerdicts != uint64(len(heldParts))+2 || st.Unauthenticated != 1 || st.Unsigned != 1 || calls != 1 {
+		t.Errorf("Stats = %+v, %d calls of OnVerdict; want 1 verdict taken, %d stale datagrams, 1 unauthenticated, 1 unsigned, 1 call", st, calls, len(heldParts)+2)
 	}
 	next := Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 3}, Down: []string{"node-b"}}
 	sendVerdict(t, r, testKey, next)

@@ -16,6 +16,24 @@ type roundTrip struct {
 	b     []byte
 	want  any
 	parse func([]byte) (any, error)
+	// signed says the body ends in the ccm's signature, before the code.
+	signed bool
+}
+
+// reseal makes a datagram of body as rt's encoder would: signed if rt's is, then sealed.
+func (rt roundTrip) reseal(body []byte) []byte {
+	if rt.signed {
+		body = testSigner.sign(body)
+	}
+	return testKey.seal(body)
+}
+
+// body returns what rt.b's signature, if any, and code are made of.
+func (rt roundTrip) body() []byte {
+	if rt.signed {
+		return rt.b[:len(rt.b)-sigLen-macLen]
+	}
+	return rt.b[:len(rt.b)-macLen]
 }
 
 // roundTrips encodes a request, a reply with covers and a verdict of many nodes.
@@ -28,24 +46,31 @@ func roundTrips(t *testing.T) []roundTrip {
 	}
 	covers[0] = strings.Repeat("c", maxNodeName)
 	reply := Reply{Nonce: 3, State: Ready, Node: strings.Repeat("n", maxNodeName), Verdict: VerdictRef{Instance: 8, Seq: 9}, Covers: covers}
-	down := make([]string, 3000)
+	down := make([]string, 40)
 	for i := range down {
 		down[i] = fmt.Sprintf("rack-%02d-node-%04d", i/100, i)
 	}
-	verdict := Verdict{VerdictRef: VerdictRef{Instance: 5, Seq: 1 << 40}, Down: down}
+	verdict := VerdictPart{Verdict: Verdict{VerdictRef: VerdictRef{Instance: 5, Seq: 1 << 40}, Down: down}, Parts: 1}
+	duty := DutyPart{Duty: Duty{Instance: 5, Seq: 6, To: NodeTag("node-a"), Addrs: manyAddrs(50)}, Parts: 1}
+	duty.Digest = DigestOf(duty.Addrs)
 
 	replyBytes, err := testKey.AppendReply(nil, reply)
 	if err != nil {
 		t.Fatal(err)
 	}
-	verdictBytes, err := testKey.AppendVerdict(nil, verdict)
-	if err != nil {
-		t.Fatal(err)
+	verdictBytes, err := testKey.AppendVerdict(testSigner, verdict.Verdict)
+	if err != nil || len(verdictBytes) != 1 {
+		t.Fatalf("AppendVerdict: %d datagrams, %v", len(verdictBytes), err)
+	}
+	dutyBytes, err := testKey.AppendDuty(testSigner, duty.Duty)
+	if err != nil || len(dutyBytes) != 1 {
+		t.Fatalf("AppendDuty: %d datagrams, %v", len(dutyBytes), err)
 	}
 	return []roundTrip{
-		{"request", testKey.AppendRequest(nil, req), req, func(b []byte) (any, error) { return testKey.ParseRequest(b) }},
-		{"reply", replyBytes, reply, func(b []byte) (any, error) { return testKey.ParseReply(b) }},
-		{"verdict", verdictBytes, verdict, func(b []byte) (any, error) { return testKey.ParseVerdict(b) }},
+		{"request", testKey.AppendRequest(nil, req), req, func(b []byte) (any, error) { return testKey.ParseRequest(b) }, false},
+		{"reply", replyBytes, reply, func(b []byte) (any, error) { return testKey.ParseReply(b) }, false},
+		{"verdict", verdictBytes[0], verdict, func(b []byte) (any, error) { return testKey.ParseVerdict(testVerifier, b) }, true},
+		{"duty", dutyBytes[0], duty, func(b []byte) (any, error) { return testKey.ParseDuty(testVerifier, b) }, true},
 	}
 }
 
@@ -86,14 +111,14 @@ func TestTamperedDatagramsAreNotAuthentic(t *testing.T) {
 // this one's, nor missing fields for zeros.
 func TestTruncatedOrExtendedDatagrams(t *testing.T) {
 	for _, rt := range roundTrips(t) {
-		body := rt.b[:len(rt.b)-macLen]
+		body := rt.body()
 		for _, cut := range []int{1, 8, len(body) - headerLen} {
-			b := testKey.seal(bytes.Clone(body[:len(body)-cut]))
+			b := rt.reseal(bytes.Clone(body[:len(body)-cut]))
 			if got, err := rt.parse(b); !errors.Is(err, ErrFormat) {
 				t.Errorf("%s cut by %d bytes: %+v, %v; want ErrFormat", rt.name, cut, got, err)
 			}
 		}
-		b := testKey.seal(append(bytes.Clone(body), 0))
+		b := rt.reseal(append(bytes.Clone(body), 0))
 		if got, err := rt.parse(b); !errors.Is(err, ErrFormat) || !strings.Contains(fmt.Sprint(err), "1 bytes after the end") {
 			t.Errorf("%s with a byte more: %+v, %v; want ErrFormat", rt.name, got, err)
 		}
@@ -105,20 +130,55 @@ func TestTruncatedOrExtendedDatagrams(t *testing.T) {
 }
 
 // TestAppendVerdictRefuses checks the verdicts that cannot be sent: a bad name, or more
-// nodes than one datagram holds.
+// nodes than MaxParts datagrams hold.
 func TestAppendVerdictRefuses(t *testing.T) {
-	huge := make([]string, MaxDatagram/10)
+	huge := make([]string, MaxParts*MaxUnfragmented/(maxNodeName+1))
 	for i := range huge {
-		huge[i] = fmt.Sprintf("node-%05d", i)
+		huge[i] = fmt.Sprintf("%0253d", i)
 	}
 	for name, v := range map[string]Verdict{
 		"empty name":    {Down: []string{"a", ""}},
 		"long name":     {Down: []string{strings.Repeat("a", maxNodeName+1)}},
 		"too many down": {Down: huge},
 	} {
-		if b, err := testKey.AppendVerdict([]byte("x"), v); err == nil || string(b) != "x" {
-			t.Errorf("%s: AppendVerdict = % x, %v; want an error and the buffer as it was", name, b, err)
+		if b, err := testKey.AppendVerdict(testSigner, v); err == nil {
+			t.Errorf("%s: AppendVerdict = %d datagrams, want an error", name, len(b))
 		}
+	}
+}
+
+// TestVerdictInParts checks that a verdict of thousands of nodes travels in datagrams
+// that are never fragmented, and that an agent takes it once all are in, in any order.
+func TestVerdictInParts(t *testing.T) {
+	down := make([]string, 3000)
+	for i := range down {
+		down[i] = fmt.Sprintf("rack-%02d-node-%04d", i/100, i)
+	}
+	down[7] = strings.Repeat("n", maxNodeName)
+	parts, err := testKey.AppendVerdict(testSigner, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 1}, Down: down})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) < 3000*20/MaxUnfragmented {
+		t.Fatalf("3,000 nodes in %d datagrams", len(parts))
+	}
+	for i, b := range parts {
+		if len(b) > MaxUnfragmented {
+			t.Errorf("part %d is %d bytes, more than %d", i, len(b), MaxUnfragmented)
+		}
+	}
+	r := newTestResponder(t)
+	ccm := newTalker(r, FromCCM, 10)
+	ccm.ask(t, ccm.next())
+	ccm.ask(t, ccm.next()) // echoing: the ccm is followed
+	for i := len(parts) - 1; i >= 0; i-- {
+		if got := r.Verdict(); got.Seq != 0 {
+			t.Fatalf("verdict taken with %d of %d parts in", len(parts)-1-i, len(parts))
+		}
+		r.Handle(parts[i], nil)
+	}
+	if got := r.Verdict(); got.Seq != 1 || !reflect.DeepEqual(got.Down, down) {
+		t.Errorf("verdict after all parts: seq %d, %d nodes down; want 1, 3000", got.Seq, len(got.Down))
 	}
 }
 

@@ -106,7 +106,7 @@ func benchProber(b *testing.B) {
 	}
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
 	cfg := config.Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: port, IsolationShare: config.DefaultIsolationShare}
-	p := New(cfg, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
+	p := New(cfg, testKey, testSigner, factory.Core().V1().Nodes(), probe.FromCCM)
 	// A listener must not block the prober: room for many downs, and the rest counted.
 	downs := make(chan down, 20*n)
 	var overflow atomic.Int64

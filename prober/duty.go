@@ -26,26 +26,39 @@ func (p *Prober) SetDuties(d Duties) {
 	p.duties = d
 }
 
+// dutyWire is a duty list's datagrams, signed once for as long as it stays the node's.
+type dutyWire struct {
+	instance uint64
+	digest   probe.Digest
+	parts    [][]byte
+}
+
 // dutyFor returns the datagrams of node's duty list when its agent's reply shows a view
 // other than the ccm's, and nil otherwise. The agent takes the list only while its own
-// view stays different, so sending it with every such reply costs nothing in steady state.
-func (p *Prober) dutyFor(node string, r probe.Reply) [][]byte {
+// view stays different, so sending it with every such reply costs nothing in steady state;
+// the list is signed once, and sent again as it is while it stays the node's.
+func (p *Prober) dutyFor(a *agentProbe, r probe.Reply) [][]byte {
 	p.mu.Lock()
 	duties, instance := p.duties, p.instance
 	p.mu.Unlock()
 	if p.sender != probe.FromCCM || duties == nil {
 		return nil
 	}
-	addrs, digest, known := duties.List(node)
+	addrs, digest, known := duties.List(a.node)
 	if !known || r.Digest == digest {
 		return nil
 	}
-	out, err := p.key.AppendDuty(probe.Duty{Instance: instance, Digest: digest, Addrs: addrs})
+	dutiesSent.Inc()
+	if w, ok := p.dutyWire.Load(a.node); ok && w.(*dutyWire).instance == instance && w.(*dutyWire).digest == digest {
+		return w.(*dutyWire).parts
+	}
+	d := probe.Duty{Instance: instance, Seq: p.dutySeq.Add(1), To: a.tag, Digest: digest, Addrs: addrs}
+	out, err := p.key.AppendDuty(p.signer, d)
 	if err != nil {
-		klog.ErrorS(err, "Cannot send an agent its duty", "node", node, "addresses", len(addrs))
+		klog.ErrorS(err, "Cannot send an agent its duty", "node", a.node, "addresses", len(addrs))
 		return nil
 	}
-	dutiesSent.Inc()
+	p.dutyWire.Store(a.node, &dutyWire{instance: instance, digest: digest, parts: out})
 	return out
 }
 

@@ -320,53 +320,54 @@ func (s *sched) read(conn *net.UDPConn) {
 		klog.ErrorS(err, "Cannot read probe replies")
 		return
 	}
-	var verdict []byte
 	for {
 		n, err := r.read()
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
 		for i := range n {
-			verdict = s.take(conn, r.datagram(i), verdict)
+			s.take(conn, r.datagram(i))
 		}
 	}
 }
 
-// take takes one datagram read from conn, and returns verdict, the buffer of the
-// verdicts it sends back.
-func (s *sched) take(conn *net.UDPConn, b, verdict []byte) []byte {
+// take takes one datagram read from conn.
+func (s *sched) take(conn *net.UDPConn, b []byte) {
 	// The source address is not checked: the nonce is random and the reply
 	// authenticated, and an agent on a host with several addresses may answer from
 	// another one than it is probed at.
 	if nonce, err := probe.ParseRefusal(b); err == nil {
 		s.refused(nonce)
-		return verdict
+		return
 	}
 	reply, err := s.p.key.ParseReply(b)
 	if errors.Is(err, probe.ErrAuth) {
 		unauthenticatedReplies.Inc()
-		return verdict
+		return
 	}
 	if err != nil {
-		return verdict
+		return
 	}
 	a, stale := s.answer(reply)
 	if a == nil {
-		return verdict
+		return
 	}
 	a.challenge.Store(reply.Challenge)
 	if stale {
 		// It holds an older verdict: it missed one.
-		if verdict = s.p.appendVerdict(verdict[:0]); verdict != nil {
-			if _, err := conn.WriteToUDPAddrPort(verdict, a.addr); err == nil {
-				verdictsSent.Inc()
+		sent := true
+		for _, v := range s.p.verdictParts() {
+			if _, err := conn.WriteToUDPAddrPort(v, a.addr); err != nil {
+				sent = false
 			}
 		}
+		if sent {
+			verdictsSent.Inc()
+		}
 	}
-	for _, d := range s.p.dutyFor(a.node, reply) {
+	for _, d := range s.p.dutyFor(a, reply) {
 		_, _ = conn.WriteToUDPAddrPort(d, a.addr)
 	}
-	return verdict
 }
 
 // refused logs and counts an agent's refusal of a probe it waits for: the agent has
@@ -429,8 +430,8 @@ func (s *sched) answer(r probe.Reply) (*agentProbe, bool) {
 
 // broadcast sends the verdict to every agent, each from its own socket, in batches.
 func (s *sched) broadcast(to []*agentProbe) {
-	v := s.p.appendVerdict(nil)
-	if v == nil {
+	parts := s.p.verdictParts()
+	if parts == nil {
 		return
 	}
 	writers := make([]*writer, len(s.conns))
@@ -445,23 +446,25 @@ func (s *sched) broadcast(to []*agentProbe) {
 			writers[a.sock] = w
 		}
 		w := writers[a.sock]
-		if !w.fits(a.addr) {
-			if _, err := s.conns[a.sock].WriteToUDPAddrPort(v, a.addr); err != nil {
-				failed++
+		for _, v := range parts {
+			if !w.fits(a.addr) {
+				if _, err := s.conns[a.sock].WriteToUDPAddrPort(v, a.addr); err != nil {
+					failed++
+				}
+				continue
 			}
-			continue
+			if w.buf() == nil {
+				flush(w)
+			}
+			w.add(append(w.buf(), v...), a.addr)
 		}
-		if w.buf() == nil {
-			flush(w)
-		}
-		w.add(append(w.buf(), v...), a.addr)
 	}
 	for _, w := range writers {
 		if w != nil {
 			flush(w)
 		}
 	}
-	verdictsSent.Add(float64(len(to) - failed))
+	verdictsSent.Add(float64(len(to) - failed/len(parts)))
 }
 
 // request returns the request to send to a's agent. Its counter is a's own, so that the

@@ -59,8 +59,10 @@ func (s State) String() string {
 // again to an agent whose reply shows it holds an older one. An agent's prober
 // (probe.FromAgent) checks the peers it backs up while no ccm is heard.
 type Prober struct {
-	cfg         config.Failover
-	key         *probe.Key
+	cfg config.Failover
+	key *probe.Key
+	// signer signs the verdicts and duty lists of the ccm's prober; nil for an agent's.
+	signer      *probe.Signer
 	sender      probe.Sender
 	nodes       corelisters.NodeLister
 	nodesSynced cache.InformerSynced
@@ -80,6 +82,13 @@ type Prober struct {
 	instance uint64
 	// verdict is the verdict sent; its Seq is 0 until the prober has synced.
 	verdict probe.Verdict
+	// verdictWire holds the datagrams of the verdict last sent.
+	verdictWire atomic.Pointer[verdictWire]
+	// dutySeq numbers the duty lists made, for any node: an agent takes none older than
+	// the one it holds.
+	dutySeq atomic.Uint64
+	// dutyWire holds, per node, the datagrams of the duty list last sent to it.
+	dutyWire sync.Map
 	// replaced are the nodes the announcer moved addresses away from while they were
 	// down (SetReplaced), with the resourceVersion their agents' Service caches must reach
 	// before they may announce again.
@@ -130,13 +139,17 @@ type agentProbe struct {
 }
 
 // New returns a prober of the agents of the nodes in the informer, with probes
-// authenticated by key, sent as sender. It probes nothing before Run.
-func New(cfg config.Failover, key *probe.Key, nodes coreinformers.NodeInformer, sender probe.Sender) *Prober {
+// authenticated by key, sent as sender. The ccm's prober signs its verdicts and duty lists
+// with signer; an agent's sends neither, and takes nil. It probes nothing before Run.
+func New(cfg config.Failover, key *probe.Key, signer *probe.Signer, nodes coreinformers.NodeInformer, sender probe.Sender) *Prober {
+	if sender == probe.FromCCM && signer == nil {
+		panic("prober.New: the ccm's prober needs a signer for its verdicts")
+	}
 	if sender == probe.FromCCM {
 		// An agent's prober has no metrics of its own: an unregistered metric counts nothing.
 		registerMetrics()
 	}
-	p := &Prober{cfg: cfg, key: key, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]uint64{}, covered: map[string]int{}, verdictDue: make(chan struct{}, 1)}
+	p := &Prober{cfg: cfg, key: key, signer: signer, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]uint64{}, covered: map[string]int{}, verdictDue: make(chan struct{}, 1)}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.syncNode,
 		UpdateFunc: func(_, cur any) { p.syncNode(cur) },

@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/binary"
 	"net"
 	"strconv"
@@ -71,7 +72,7 @@ func responder(t *testing.T, node, addr string) (r *probe.Responder, stop func()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err = probe.NewResponder(node, testKey)
+	r, err = probe.NewResponder(node, testKey, testVerifier)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestProber(t *testing.T) {
 	client := fake.NewClientset(node("node-a", "127.0.0.2"), node("node-b", "127.0.0.3"), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "no-address"}})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cfg := config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}
-	p := New(cfg, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
+	p := New(cfg, testKey, testSigner, factory.Core().V1().Nodes(), probe.FromCCM)
 	changes := make(chan string, 100)
 	p.OnChange(func(node string) { changes <- node })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -184,6 +185,13 @@ var testKey = func() *probe.Key {
 	return k
 }()
 
+// testSigner signs the verdicts and duties of the ccm's prober in these tests, and
+// testVerifier is what the agents check them with.
+var (
+	testSigner   = probe.NewSigner(ed25519.NewKeyFromSeed([]byte("the ccm's verdict key for tests!")))
+	testVerifier = testSigner.Verifier()
+)
+
 // TestProberTakesOnlyAuthenticatedReplies checks that answers not made with the key (by
 // someone answering in an agent's place, or an agent with another key) count for nothing:
 // a forged answer never keeps a node up.
@@ -220,7 +228,7 @@ func TestProberTakesOnlyAuthenticatedReplies(t *testing.T) {
 		}
 	}()
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(impostor), 0)
-	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
+	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, testSigner, factory.Core().V1().Nodes(), probe.FromCCM)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory.Start(ctx.Done())
@@ -258,14 +266,14 @@ func TestAgentWithAnotherKeyRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	agent, err := probe.NewResponder("node-a", other)
+	agent, err := probe.NewResponder("node-a", other, testVerifier)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go agent.Serve(conn)
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.2"}}}}
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(node), 0)
-	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
+	p := New(config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port}, testKey, testSigner, factory.Core().V1().Nodes(), probe.FromCCM)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory.Start(ctx.Done())

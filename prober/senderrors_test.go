@@ -54,7 +54,7 @@ func TestSendErrorsLogged(t *testing.T) {
 	}
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
 	cfg := config.Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: 0}
-	p := New(cfg, testKey, factory.Core().V1().Nodes(), probe.FromCCM)
+	p := New(cfg, testKey, testSigner, factory.Core().V1().Nodes(), probe.FromCCM)
 	refusedBefore := counter(probeSendErrors)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -51,7 +51,7 @@ func TestStallIsNoMiss(t *testing.T) {
 	}
 	t.Cleanup(func() { pc.Close() })
 	conn := &freezableConn{PacketConn: pc, requests: make(chan struct{}, 1)}
-	r, err := probe.NewResponder("node-a", testKey)
+	r, err := probe.NewResponder("node-a", testKey, testVerifier)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,20 +86,31 @@ func (p *Prober) Verdict() probe.Verdict {
 	return p.verdict
 }
 
-// appendVerdict appends the verdict to send to b, or returns nil when there is none yet.
-func (p *Prober) appendVerdict(b []byte) []byte {
+// verdictWire is a verdict's datagrams, signed once however many agents it goes to.
+type verdictWire struct {
+	ref   probe.VerdictRef
+	parts [][]byte
+}
+
+// verdictParts returns the datagrams of the verdict to send, or nil when there is none
+// yet. They are made once per verdict: a signature costs more than the datagram's send.
+func (p *Prober) verdictParts() [][]byte {
 	p.mu.Lock()
 	v := p.verdict
 	p.mu.Unlock()
 	if v.Seq == 0 {
 		return nil
 	}
-	b, err := p.key.AppendVerdict(b, v)
+	if w := p.verdictWire.Load(); w != nil && w.ref == v.VerdictRef {
+		return w.parts
+	}
+	parts, err := p.key.AppendVerdict(p.signer, v)
 	if err != nil {
 		klog.ErrorS(err, "Cannot send the verdict", "down", len(v.Down))
 		return nil
 	}
-	return b
+	p.verdictWire.Store(&verdictWire{ref: v.VerdictRef, parts: parts})
+	return parts
 }
 
 // answered takes what an agent's reply says of the verdict, of itself and of the nodes

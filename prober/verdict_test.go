@@ -47,7 +47,7 @@ func startProber(t *testing.T, port int, sender probe.Sender, targets map[string
 func startProberWith(t *testing.T, cfg config.Failover, sender probe.Sender, targets map[string]bool, nodes ...runtime.Object) (*Prober, chan string) {
 	t.Helper()
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
-	p := New(cfg, testKey, factory.Core().V1().Nodes(), sender)
+	p := New(cfg, testKey, testSigner, factory.Core().V1().Nodes(), sender)
 	if targets != nil {
 		p.SetTargets(targets)
 	}
@@ -127,8 +127,8 @@ func TestVerdictIsSentAtOnce(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if v, err := testKey.ParseVerdict(b[:n]); err == nil {
-				verdicts <- v
+			if v, err := testKey.ParseVerdict(testVerifier, b[:n]); err == nil {
+				verdicts <- v.Verdict
 			}
 		}
 	}()

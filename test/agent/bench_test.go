@@ -97,6 +97,8 @@ type env struct {
 	kubeconfig string
 	config     string
 	keyFile    string
+	// publicKeyFile holds the public key of a ccm this benchmark never runs.
+	publicKeyFile string
 }
 
 func setup(b *testing.B) *env {
@@ -121,7 +123,11 @@ func setup(b *testing.B) *env {
 	if e.keyFile, key, err = testbed.WriteProbeKey(e.dir); err != nil {
 		b.Fatal(err)
 	}
-	port := e.startPeers(b, key)
+	var signer *probe.Signer
+	if _, e.publicKeyFile, signer, err = testbed.WriteVerdictKeys(e.dir); err != nil {
+		b.Fatal(err)
+	}
+	port := e.startPeers(b, key, signer.Verifier())
 	e.config = filepath.Join(e.dir, "cloud-config.yaml")
 	if err := os.WriteFile(e.config, fmt.Appendf(nil, "%sfailover:\n  agentPort: %d\n", benchCloudConfig, port), 0o644); err != nil {
 		b.Fatal(err)
@@ -161,7 +167,7 @@ var peers = map[string]string{"node-01": "127.0.0.2", "node-02": "127.0.0.3"}
 
 // startPeers starts a health responder for every peer, on one port, which it returns:
 // the agent probes them there while no ccm is heard.
-func (e *env) startPeers(b *testing.B, key *probe.Key) int {
+func (e *env) startPeers(b *testing.B, key *probe.Key, ccm *probe.Verifier) int {
 	for range 100 {
 		port := freePort(b, "udp")
 		_, p, _ := net.SplitHostPort(port)
@@ -172,7 +178,7 @@ func (e *env) startPeers(b *testing.B, key *probe.Key) int {
 				break
 			}
 			conns = append(conns, conn)
-			r, err := probe.NewResponder(name, key)
+			r, err := probe.NewResponder(name, key, ccm)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -346,7 +352,7 @@ func (e *env) measure(b *testing.B, binary string, n int) float64 {
 	probeAddr, metricsAddr := freePort(b, "udp"), freePort(b, "tcp")
 	p, err := process.Start("baremetal-agent", binary,
 		"--node-name="+benchNode, "--kubeconfig="+e.kubeconfig, "--cloud-config="+e.config, "--probe-key-file="+e.keyFile,
-		"--probe-address="+probeAddr, "--metrics-address="+metricsAddr)
+		"--verdict-public-key-file="+e.publicKeyFile, "--probe-address="+probeAddr, "--metrics-address="+metricsAddr)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -77,7 +77,10 @@ type env struct {
 	config     string
 	keyFile    string
 	key        *probe.Key
-	agents     map[string]*agent
+	// verdictKeyFile is the ccm's private key, and ccmKey the agents' check of it.
+	verdictKeyFile string
+	ccmKey         *probe.Verifier
+	agents         map[string]*agent
 }
 
 var (
@@ -125,6 +128,11 @@ func newEnv(cp *controlplane.ControlPlane) (*env, error) {
 	if e.keyFile, e.key, err = testbed.WriteProbeKey(e.dir); err != nil {
 		return nil, err
 	}
+	var signer *probe.Signer
+	if e.verdictKeyFile, _, signer, err = testbed.WriteVerdictKeys(e.dir); err != nil {
+		return nil, err
+	}
+	e.ccmKey = signer.Verifier()
 	// Every node gets a real health responder, the agent's, on a loopback address of its
 	// own: the ccm probes it exactly as it probes an agent on a node.
 	port, err := e.startAgents()
@@ -159,6 +167,7 @@ type agent struct {
 	node, ip string
 	port     int
 	key      *probe.Key
+	ccm      *probe.Verifier
 	mu       sync.Mutex
 	conn     net.PacketConn
 }
@@ -174,8 +183,8 @@ func (e *env) startAgents() (int, error) {
 		port := l.LocalAddr().(*net.UDPAddr).Port
 		l.Close()
 		e.agents = map[string]*agent{
-			"node-a": {node: "node-a", ip: "127.0.0.2", port: port, key: e.key},
-			"node-b": {node: "node-b", ip: "127.0.0.3", port: port, key: e.key},
+			"node-a": {node: "node-a", ip: "127.0.0.2", port: port, key: e.key, ccm: e.ccmKey},
+			"node-b": {node: "node-b", ip: "127.0.0.3", port: port, key: e.key, ccm: e.ccmKey},
 		}
 		if e.agents["node-a"].start() == nil && e.agents["node-b"].start() == nil {
 			return port, nil
@@ -196,7 +205,7 @@ func (a *agent) start() error {
 	if err != nil {
 		return err
 	}
-	r, err := probe.NewResponder(a.node, a.key)
+	r, err := probe.NewResponder(a.node, a.key, a.ccm)
 	if err != nil {
 		conn.Close()
 		return err
@@ -244,6 +253,7 @@ func (e *env) startServingCCM(t testing.TB, extraArgs ...string) (*process.Proce
 		"--cloud-provider=baremetal",
 		"--cloud-config=" + e.config,
 		"--probe-key-file=" + e.keyFile,
+		"--verdict-key-file=" + e.verdictKeyFile,
 		"--leader-elect=true",
 		"--leader-elect-resource-namespace=" + ccmNamespace,
 		"--leader-elect-lease-duration=3s",

@@ -73,17 +73,17 @@ func TestForgedProbes(t *testing.T) {
 				c.metricValue(t, owner, `baremetal_agent_verdicts_total{result="taken"}`)
 		}
 		unauth, stale, taken := counts()
-		forged, err := otherKey.AppendVerdict(nil, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: ^uint64(0), Seq: 1}, Down: []string{owner.Label}})
+		forged, err := otherKey.AppendVerdict(c.Signer, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: ^uint64(0), Seq: 1}, Down: []string{owner.Label}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// An authentic verdict older than the one the agents hold stands for a replayed
 		// one: whoever has no key can only send what a ccm sent before.
-		replayed, err := c.Key.AppendVerdict(nil, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 1, Seq: 1}, Down: []string{owner.Label}})
+		replayed, err := c.Key.AppendVerdict(c.Signer, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 1, Seq: 1}, Down: []string{owner.Label}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.sendFrom(t, attacker, forged, replayed)
+		c.sendFrom(t, attacker, forged[0], replayed[0])
 		// Known state first: the agent has handled both, whatever it made of them.
 		var u, st, tk float64
 		err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
@@ -99,6 +99,11 @@ func TestForgedProbes(t *testing.T) {
 		if got := c.metric(t, owner, "baremetal_agent_down_nodes"); got != "0" {
 			t.Errorf("%s takes %s nodes for down after the forged verdicts, want 0", owner.Label, got)
 		}
+		c.waitSteady(t, addrs[0], owner.Label)
+	})
+
+	t.Run("root on a node", func(t *testing.T) {
+		c.rootOnANode(t, attacker, owner, standby)
 		c.waitSteady(t, addrs[0], owner.Label)
 	})
 
@@ -182,4 +187,44 @@ func TestForgedProbes(t *testing.T) {
 		}
 		t.Logf("the impostor answered %d probes of the dead %s; %s announces", answered.Load(), owner.Label, standby)
 	})
+}
+
+// rootOnANode plays root on a node: it holds the probe key, and learns the ccm's instance,
+// its verdict's sequence and the owner's duty digest from a request it sees. Its verdict
+// naming the owner and the standby down, and its duty list for the owner, are all the
+// ccm's but for the signature: the owner must take neither, and count both as unsigned.
+func (c *cluster) rootOnANode(t *testing.T, from, owner *netns.Host, standby string) {
+	t.Helper()
+	req, err := c.Key.ParseRequest(captureRequest(t, owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, rogue, err := testbed.WriteVerdictKeys(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	verdict, err := c.Key.AppendVerdict(rogue, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: req.Instance, Seq: req.Verdict + 100}, Down: []string{owner.Label, standby}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	duty, err := c.Key.AppendDuty(rogue, probe.Duty{Instance: req.Instance, Seq: 1 << 62, To: probe.NodeTag(owner.Label), Digest: req.Duty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsigned := func() float64 { return c.metricValue(t, owner, "baremetal_agent_unsigned_datagrams_total") }
+	taken := func() float64 { return c.metricValue(t, owner, `baremetal_agent_verdicts_total{result="taken"}`) }
+	before, takenBefore := unsigned(), taken()
+	c.sendFrom(t, from, append(verdict, duty...)...)
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return unsigned() >= before+2, nil
+	})
+	if err != nil {
+		t.Fatalf("the owner's agent counted %v unsigned datagrams of the 2 sent", unsigned()-before)
+	}
+	if got := taken(); got != takenBefore {
+		t.Errorf("the owner's agent took %v verdicts signed by another key", got-takenBefore)
+	}
+	if got := c.metric(t, owner, "baremetal_agent_down_nodes"); got != "0" {
+		t.Errorf("%s takes %s nodes for down after a verdict signed by another key, want 0", owner.Label, got)
+	}
 }

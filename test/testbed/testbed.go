@@ -10,8 +10,11 @@ package testbed
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -66,6 +69,10 @@ type Cluster struct {
 	// KeyFile is the path of the probe key the agents and the ccm share, and Key the key.
 	KeyFile string
 	Key     *probe.Key
+	// VerdictKeyFile is the ccm's private key, which signs its verdicts and duty lists;
+	// VerdictPublicKeyFile the agents' file of its public key; Signer the private key.
+	VerdictKeyFile, VerdictPublicKeyFile string
+	Signer                               *probe.Signer
 
 	dir             string
 	api             netip.AddrPort // the API server, as the namespaces reach it
@@ -147,6 +154,9 @@ func NewWithImages(ctx context.Context, cp *controlplane.ControlPlane, n int, cl
 		return nil, err
 	}
 	if c.KeyFile, c.Key, err = WriteProbeKey(dir); err != nil {
+		return nil, err
+	}
+	if c.VerdictKeyFile, c.VerdictPublicKeyFile, c.Signer, err = WriteVerdictKeys(dir); err != nil {
 		return nil, err
 	}
 	if c.agentBinary, err = install.Binary(dir, "baremetal-agent"); err != nil {
@@ -310,8 +320,9 @@ func (c *Cluster) StartAgent(h *netns.Host) (*process.Process, error) {
 // of the testbed's, for a node that is to behave otherwise than the rest; Close stops it.
 func (c *Cluster) StartAgentWith(h *netns.Host, config string) (*process.Process, error) {
 	args := []string{"--node-name=" + h.Label, "--kubeconfig=" + c.agentKubeconfig, "--cloud-config=" + config, "--probe-key-file=" + c.KeyFile,
+		"--verdict-public-key-file=" + c.VerdictPublicKeyFile,
 		"--metrics-address=" + agentMetrics, "--shutdown-grace-period=2s", "--cloud-config-reload-interval=200ms", "-v=2"}
-	p, err := c.start(h, h.Label+" agent", Agent, c.agentBinary, args, c.agentKubeconfig, config, c.KeyFile)
+	p, err := c.start(h, h.Label+" agent", Agent, c.agentBinary, args, c.agentKubeconfig, config, c.KeyFile, c.VerdictPublicKeyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -357,6 +368,7 @@ func (c *Cluster) StartCCMOn(ctx context.Context, h *netns.Host, extraArgs ...st
 		"--cloud-provider=baremetal",
 		"--cloud-config=" + c.Config,
 		"--probe-key-file=" + c.KeyFile,
+		"--verdict-key-file=" + c.VerdictKeyFile,
 		"--leader-elect=true",
 		"--leader-elect-resource-namespace=baremetal-system",
 		"--leader-elect-lease-duration=3s",
@@ -370,7 +382,7 @@ func (c *Cluster) StartCCMOn(ctx context.Context, h *netns.Host, extraArgs ...st
 	if h != c.Net.Bridge {
 		name = h.Label + " ccm"
 	}
-	p, err := c.start(h, name, CCM, bin, args, kubeconfig, c.Config, c.KeyFile)
+	p, err := c.start(h, name, CCM, bin, args, kubeconfig, c.Config, c.KeyFile, c.VerdictKeyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -492,4 +504,30 @@ func WriteProbeKey(dir string) (string, *probe.Key, error) {
 	}
 	path := filepath.Join(dir, "probe-key")
 	return path, key, os.WriteFile(path, data, 0o600)
+}
+
+// WriteVerdictKeys writes a new Ed25519 key pair to files in dir, in the PEM forms openssl
+// writes them (README, Install), and returns the paths of the private and the public key,
+// and the private key.
+func WriteVerdictKeys(dir string) (private, public string, signer *probe.Signer, err error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", "", nil, err
+	}
+	privDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return "", "", nil, err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", "", nil, err
+	}
+	private, public = filepath.Join(dir, "verdict.key"), filepath.Join(dir, "verdict.pub")
+	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
+		return "", "", nil, err
+	}
+	if err := os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+		return "", "", nil, err
+	}
+	return private, public, probe.NewSigner(priv), nil
 }

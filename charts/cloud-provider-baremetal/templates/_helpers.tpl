@@ -36,7 +36,8 @@ The volumes of both programs: the cloud-config and the probe key.
 - name: cloud-config
   configMap:
     name: {{ include "baremetal.cloudConfigName" . }}
-# The key that authenticates the health probes between the ccm and the agents.
+# The key that authenticates the health probes between the ccm and the agents, and the
+# ccm's public key (verdict.pub), which checks its verdicts and duty lists.
 - name: probe-key
   secret:
     secretName: {{ required "probeKey.secretName is required" .Values.probeKey.secretName }}
