@@ -60,10 +60,12 @@ cloudConfig:
       agentPort: %d
 probeKey:
   create: true
+verdictKey:
+  create: true
 `, pool, probePort), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs := render(t, "--values", values)
+	objs := render(t, "--values", values, "--set-file", "verdictKey.public=testdata/verdict.pub", "--set-file", "verdictKey.private=testdata/verdict.key")
 	alertRules := find(t, render(t, "--set", "prometheusRule.enabled=true"), "PrometheusRule", "cloud-provider-baremetal")
 
 	cp := controlplane.Shared(t)
@@ -145,10 +147,18 @@ probeKey:
 		ccmText = body
 		return strings.Contains(body, `baremetal_ccm_agents{state="up"} 1`+"\n"), "the ccm does not take the agent for up: " + grep(body, "baremetal_ccm_agents")
 	}, ccm, agent)
-	_, agentText, err := install.Get(ctx, http.DefaultClient, "http://"+agentMetrics+"/metrics")
-	if err != nil {
-		t.Fatalf("the agent's metrics: %v", err)
-	}
+	// The agent takes the ccm's first verdict only if it is signed with the private key
+	// of the chart's Secret, checked with the public key of the other.
+	var agentText string
+	eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+		_, body, err := install.Get(ctx, http.DefaultClient, "http://"+agentMetrics+"/metrics")
+		if err != nil {
+			return false, fmt.Sprintf("the agent's metrics: %v", err)
+		}
+		agentText = body
+		const taken = `baremetal_agent_verdicts_total{result="taken"} `
+		return strings.Contains(body, taken) && !strings.Contains(body, taken+"0\n"), "the agent has taken no verdict: " + grep(body, "baremetal_agent_verdicts_total") + grep(body, "baremetal_agent_unsigned")
+	}, ccm, agent)
 	if want := `leader_election_master_status{name="baremetal-ccm"} 1`; !strings.Contains(ccmText, want) {
 		t.Errorf("the ccm's metrics lack %s, which BaremetalCCMNoLeader reads", want)
 	}

@@ -3,6 +3,7 @@ package chart
 import (
 	"encoding/base64"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,11 +13,18 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 )
 
+// withPublicKey is what probeKey.create needs besides: the ccm's public key, of the test
+// key pair in testdata (made with openssl, as README says).
+var withPublicKey = []string{"--set-file", "verdictKey.public=testdata/verdict.pub"}
+
 // everything turns on every optional part of the chart.
 var everything = []string{
 	"--set", "serviceMonitor.enabled=true",
 	"--set", "prometheusRule.enabled=true",
 	"--set", "probeKey.create=true",
+	"--set-file", "verdictKey.public=testdata/verdict.pub",
+	"--set", "verdictKey.create=true",
+	"--set-file", "verdictKey.private=testdata/verdict.key",
 	"--set", "ccm.image.digest=sha256:" + strings.Repeat("ab", 32),
 	"--set", "ccm.leaderElection.leaseDuration=20s",
 }
@@ -56,7 +64,7 @@ func TestValues(t *testing.T) {
 
 	t.Run("probe key from a value", func(t *testing.T) {
 		const key = "a-probe-key-of-forty-four-letters-and-digits"
-		objs := render(t, "--set", "probeKey.create=true", "--set", "probeKey.value="+key, "--set", "probeKey.secretName=my-key")
+		objs := render(t, append(withPublicKey, "--set", "probeKey.create=true", "--set", "probeKey.value="+key, "--set", "probeKey.secretName=my-key")...)
 		data, _, _ := unstructured.NestedString(find(t, objs, "Secret", "my-key").Object, "data", "key")
 		if got, _ := base64.StdEncoding.DecodeString(data); string(got) != key {
 			t.Errorf("the Secret holds %q, want %q", got, key)
@@ -73,7 +81,7 @@ func TestValues(t *testing.T) {
 		// tool that renders with `helm template` would apply (see values.yaml).
 		keys := map[string]bool{}
 		for range 2 {
-			data, _, _ := unstructured.NestedString(find(t, render(t, "--set", "probeKey.create=true"), "Secret", "baremetal-probe-key").Object, "data", "key")
+			data, _, _ := unstructured.NestedString(find(t, render(t, append(withPublicKey, "--set", "probeKey.create=true")...), "Secret", "baremetal-probe-key").Object, "data", "key")
 			key, _ := base64.StdEncoding.DecodeString(data)
 			if len(key) < 32 {
 				t.Errorf("generated key %q is %d bytes, want at least 32", key, len(key))
@@ -86,9 +94,47 @@ func TestValues(t *testing.T) {
 	})
 
 	t.Run("probe key too short", func(t *testing.T) {
-		_, err := install.RenderChart(chartDir(t), namespace, "--set", "probeKey.create=true", "--set", "probeKey.value=short")
+		_, err := install.RenderChart(chartDir(t), namespace, append(withPublicKey, "--set", "probeKey.create=true", "--set", "probeKey.value=short")...)
 		if err == nil || !strings.Contains(err.Error(), "want at least 32") {
 			t.Errorf("a 5-byte key: got %v, want an error saying at least 32 bytes", err)
+		}
+	})
+
+	t.Run("verdict keys", func(t *testing.T) {
+		objs := render(t, everything...)
+		pub, _, _ := unstructured.NestedString(find(t, objs, "Secret", "baremetal-probe-key").Object, "data", "verdict.pub")
+		priv, _, _ := unstructured.NestedString(find(t, objs, "Secret", "baremetal-verdict-key").Object, "data", "key")
+		for name, tc := range map[string]struct{ data, file string }{"verdict.pub": {pub, "testdata/verdict.pub"}, "the private key": {priv, "testdata/verdict.key"}} {
+			want, err := os.ReadFile(tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := base64.StdEncoding.DecodeString(tc.data); string(got) != string(want) {
+				t.Errorf("%s holds %q, want %s's %q", name, got, tc.file, want)
+			}
+		}
+		// Only the ccm mounts the private key: a kubelet may read the Secrets its pods mount.
+		for _, w := range workloads(t, objs) {
+			volumes, _, _ := unstructured.NestedSlice(w.Object, "spec", "template", "spec", "volumes")
+			var secrets []string
+			for _, v := range volumes {
+				if s, ok, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); ok {
+					secrets = append(secrets, s)
+				}
+			}
+			if got, want := slices.Contains(secrets, "baremetal-verdict-key"), w.GetKind() == "Deployment"; got != want {
+				t.Errorf("%s mounts the Secrets %v: the private key's is there %v, want %v", w.GetKind(), secrets, got, want)
+			}
+		}
+		for name, args := range map[string][]string{
+			"no public key":               {"--set", "probeKey.create=true"},
+			"a private key as the public": {"--set", "probeKey.create=true", "--set-file", "verdictKey.public=testdata/verdict.key"},
+			"no private key":              {"--set", "verdictKey.create=true"},
+			"a public key as the private": {"--set", "verdictKey.create=true", "--set-file", "verdictKey.private=testdata/verdict.pub"},
+		} {
+			if _, err := install.RenderChart(chartDir(t), namespace, args...); err == nil || !strings.Contains(err.Error(), "verdictKey.") {
+				t.Errorf("%s: got %v, want an error naming the verdictKey value", name, err)
+			}
 		}
 	})
 
