@@ -97,7 +97,9 @@ func installHeader(version, configMap string, images []image) []byte {
 #     addresses of your nodes' layer-2 network that nothing else uses. Do the same in the
 #     next release's install.yaml before applying it: its example pools would move your
 #     Services to their addresses.
-#  2. Create the probe key Secret baremetal-system/baremetal-probe-key (README, Install).
+#  2. Create the Secrets baremetal-system/baremetal-probe-key (the probe key and the
+#     ccm's public key) and baremetal-system/baremetal-verdict-key (its private key)
+#     (README, Install, step 3).
 #
 # The images, pinned by the digests of their image indexes (the archives of the release):
 `, version, configMap)
