@@ -103,6 +103,8 @@ type Prober struct {
 	verdictDue   chan struct{}
 	isoListeners []func(Isolation)
 	authLog      probe.AuthLog
+	// verdictLog logs agents that do not take the verdict sent them.
+	verdictLog probe.AuthLog
 }
 
 // agentProbe is the probing of one node's agent.
@@ -131,6 +133,9 @@ type agentProbe struct {
 	lastRTT, lastAnswer atomic.Int64
 	// lastProbe (Unix ns) is when the last probe ended, answered or not.
 	lastProbe atomic.Int64
+	// staleSince is when the agent's replies began to hold an older verdict than the one
+	// sent; zero while it holds the one sent. Under p.mu.
+	staleSince time.Time
 	// tag is the node's probe.NodeTag, counter the last counter of a request to it, and
 	// challenge the challenge of its agent's last reply, which the next request echoes.
 	tag                uint64

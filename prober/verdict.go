@@ -3,6 +3,7 @@ package prober
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -123,10 +124,34 @@ func (p *Prober) answered(node string, a *agentProbe, r probe.Reply) bool {
 		changed = p.takeReplyLocked(node, a, r)
 	}
 	stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
+	untaken := p.untakenLocked(a, stale, r.Verdict)
 	listeners := p.listeners
 	p.mu.Unlock()
 	p.notify(listeners, changed)
+	if untaken {
+		// Sent again after every reply, and still not taken: not a lost datagram.
+		p.verdictLog.Log("Agent does not take the ccm's verdicts: its --verdict-public-key-file must hold the public key of the ccm's --verdict-key-file (the agent logs and counts them as unsigned)",
+			"node", node, "holds", r.Verdict, "sent", p.Verdict().VerdictRef)
+	}
 	return stale
+}
+
+// verdictUntakenAfter is how long an agent may hold an older verdict than the one sent,
+// sent again after each of its replies, before the ccm says so: far longer than a loss.
+const verdictUntakenAfter = 2 * time.Second
+
+// untakenLocked follows how long a's replies have held an older verdict than the one sent,
+// and reports whether it is longer than verdictUntakenAfter.
+func (p *Prober) untakenLocked(a *agentProbe, stale bool, held probe.VerdictRef) bool {
+	if !stale {
+		a.staleSince = time.Time{}
+		return false
+	}
+	now := time.Now()
+	if a.staleSince.IsZero() {
+		a.staleSince = now
+	}
+	return now.Sub(a.staleSince) > verdictUntakenAfter
 }
 
 // takeReplyLocked records the cache version, covers and stand-down flag of a's reply, and
