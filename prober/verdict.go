@@ -124,7 +124,7 @@ func (p *Prober) answered(node string, a *agentProbe, r probe.Reply) bool {
 		changed = p.takeReplyLocked(node, a, r)
 	}
 	stale := p.sender == probe.FromCCM && p.verdict.Seq != 0 && r.Verdict != p.verdict.VerdictRef
-	untaken := p.untakenLocked(a, stale, r.Verdict)
+	untaken := p.untakenLocked(a, stale)
 	listeners := p.listeners
 	p.mu.Unlock()
 	p.notify(listeners, changed)
@@ -142,7 +142,7 @@ const verdictUntakenAfter = 2 * time.Second
 
 // untakenLocked follows how long a's replies have held an older verdict than the one sent,
 // and reports whether it is longer than verdictUntakenAfter.
-func (p *Prober) untakenLocked(a *agentProbe, stale bool, held probe.VerdictRef) bool {
+func (p *Prober) untakenLocked(a *agentProbe, stale bool) bool {
 	if !stale {
 		a.staleSince = time.Time{}
 		return false
