@@ -187,6 +187,9 @@ func FuzzParse(f *testing.F) {
 	reply, _ := testKey.AppendReply(nil, Reply{Nonce: 1, State: Ready, Node: "node-a", Verdict: VerdictRef{1, 2}, Covers: []uint64{NodeTag("b"), NodeTag("c")}, CoverSum: ListSum{Len: 3, Digest: 4},
 		Unable: []Unable{{Pool: "p", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}, UnableSum: ListSum{Len: 1, Digest: 5}})
 	f.Add(reply)
+	// A reply longer than any sender makes: a seed, so that the fuzzer does not spend its
+	// time minimizing a long input that first takes that branch.
+	f.Add(testKey.seal(append([]byte{'B', 'M', Version, typeReply}, make([]byte, MaxUnfragmented)...)))
 	verdict, _ := testKey.AppendVerdict(nil, Verdict{VerdictRef: VerdictRef{1, 2}, Down: []string{"a", "b"}})
 	f.Add(verdict)
 	f.Add([]byte("BM\x03\x03"))
