@@ -31,8 +31,12 @@ func (k *Key) ParseRequest(b []byte) (Request, error) {
 	return r, nil
 }
 
-// ParseReply decodes an authenticated reply.
+// ParseReply decodes an authenticated reply. A reply longer than MaxUnfragmented, or
+// whose share of a list is longer than the list, is an ErrFormat: no sender makes one.
 func (k *Key) ParseReply(b []byte) (Reply, error) {
+	if len(b) > MaxUnfragmented {
+		return Reply{}, fmt.Errorf("%w: a reply of %d bytes, at most %d", ErrFormat, len(b), MaxUnfragmented)
+	}
 	d, err := k.decoder(b, typeReply)
 	if err != nil {
 		return Reply{}, err
@@ -44,17 +48,22 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	r.Node = d.name()
 	r.Verdict = VerdictRef{Instance: d.uint64(), Seq: d.uint64()}
 	r.CacheVersion = d.uint64()
+	r.CoverSum = ListSum{Len: int(d.uint16()), Digest: d.uint64()}
 	m := int(d.byte())
-	if m > MaxCovers && d.err == nil {
-		d.err = fmt.Errorf("%w: a reply covering %d nodes, at most %d", ErrFormat, m, MaxCovers)
+	if m > r.CoverSum.Len && d.err == nil {
+		d.err = fmt.Errorf("%w: a reply carrying %d of %d covered nodes", ErrFormat, m, r.CoverSum.Len)
 	}
 	for ; m > 0 && d.err == nil; m-- {
-		r.Covers = append(r.Covers, d.name())
+		r.Covers = append(r.Covers, d.uint64())
 	}
 	r.Digest = Digest(d.uint64())
+	r.UnableSum = ListSum{Len: int(d.byte()), Digest: d.uint64()}
+	if r.UnableSum.Len > MaxUnable && d.err == nil {
+		d.err = fmt.Errorf("%w: a reply naming %d pools and families it cannot announce, at most %d", ErrFormat, r.UnableSum.Len, MaxUnable)
+	}
 	u := int(d.byte())
-	if u > MaxUnable && d.err == nil {
-		d.err = fmt.Errorf("%w: a reply naming %d pools and families it cannot announce, at most %d", ErrFormat, u, MaxUnable)
+	if u > r.UnableSum.Len && d.err == nil {
+		d.err = fmt.Errorf("%w: a reply carrying %d of %d pools and families it cannot announce", ErrFormat, u, r.UnableSum.Len)
 	}
 	for ; u > 0 && d.err == nil; u-- {
 		x := Unable{Family: Family(d.byte()), Reason: UnableReason(d.byte()), Pool: d.name()}

@@ -28,21 +28,27 @@
 //	  46  8  to: the NodeTag of the node the request is for
 //	  54  8  echo: the challenge of the last reply the sender had from that node (0 for none)
 //
-//	reply:
+//	reply, at most MaxUnfragmented bytes whatever the agent's state:
 //	  4   8  the request's nonce
 //	  12  8  challenge: the responder's current one, which it changes every ChallengeEvery
 //	  20  1  state: 1 ready, 2 draining, 3 starting
 //	  21  1  flags: bit 0 set when the agent takes itself for down (it is in the verdict,
 //	         or an agent said it stands in for it) and announces nothing; bit 1 set when
 //	         it announces only what the ccm's duty confirms
-//	  14  n  the node name
+//	  22  n  the node name
 //	  ... 8  instance and 8 sequence of the verdict the agent holds (zeros for none)
 //	  ... 8  the resourceVersion its Service cache has reached (0 when unknown)
-//	  ... 1  m, then m names: the nodes the agent stands in for (at most 32)
+//	  ... 2  c, the number of nodes the agent stands in for (at most MaxCovers), and 8 the
+//	         digest of their NodeTags (ListSum); then 1 m (at most c), and m NodeTags of
+//	         8 bytes: this reply's share of them
 //	  ... 8  digest of the addresses its own view gives it
-//	  ... 1  u, then u entries (at most 64) of what it cannot announce now: 1 family (4
-//	         or 6), 1 reason (1 no up interface, 2 no address of the family), a name (the
-//	         pool), 1 length and the interface name (0 to 15 bytes)
+//	  ... 1  u, the number of entries (at most 64) of what it cannot announce now, and 8
+//	         their digest; then 1 v (at most u), and v entries: 1 family (4 or 6), 1
+//	         reason (1 no up interface, 2 no address of the family), a name (the pool), 1
+//	         length and the interface name (0 to 15 bytes)
+//
+//	An agent whose lists do not fit beside the rest sends a share of each in every
+//	reply, in turn by the request's counter; a prober gathers them (Gather).
 //
 //	verdict, signed by the ccm (below):
 //	  4   8  instance of the ccm
@@ -100,10 +106,12 @@ const (
 	headerLen = 4
 	// RequestLen is the length of an encoded request.
 	RequestLen = headerLen + 8 + 1 + 8 + 8 + 8 + 1 + 8 + 8 + 8 + macLen
-	// MaxCovers is how many nodes a reply names as stood in for; a ccm needs them only to
-	// keep those nodes' addresses where they are, and more than a few is rare.
-	MaxCovers = 32
-	// MaxUnable is how many pool and family pairs a reply names as not announceable.
+	// MaxCovers is how many nodes an agent's replies say it stands in for: as many as the
+	// count on the wire holds, more than a cluster has nodes. Replies carry them in shares
+	// that fit.
+	MaxCovers = 1<<16 - 1
+	// MaxUnable is how many pool and family pairs an agent's replies name as not
+	// announceable; replies carry them in shares that fit.
 	MaxUnable = 64
 	// MaxDatagram is the size of the largest datagram: a verdict naming every node of a
 	// large cluster still fits.
@@ -222,16 +230,22 @@ type Reply struct {
 	// ccm lets a node it moved addresses away from announce again only once its agent has
 	// seen the annotations that say so. 0 when unknown.
 	CacheVersion uint64
-	// Covers are the nodes whose addresses this agent announces in their stead, against
-	// what the Services' annotations say: at most MaxCovers.
-	Covers []string
+	// Covers are the NodeTags of nodes whose addresses this agent announces in their
+	// stead, against what the Services' annotations say: this reply's share of them.
+	Covers []uint64
+	// CoverSum sums up every node the agent stands in for: at most MaxCovers.
+	CoverSum ListSum
 	// ConfirmedOnly says the agent announces only what the ccm's duty confirms: its own
 	// view has differed from the ccm's for too long, or its Service watch is broken.
 	ConfirmedOnly bool
 	// Digest is the digest of the addresses the agent's own view gives it.
 	Digest Digest
-	// Unable are the pools and families the agent cannot announce now: at most MaxUnable.
+	// Unable are the pools and families the agent cannot announce now: this reply's share
+	// of them.
 	Unable []Unable
+	// UnableSum sums up every pool and family the agent cannot announce: at most
+	// MaxUnable.
+	UnableSum ListSum
 }
 
 // Verdict is the ccm's word on which agents are down: each agent announces an address
@@ -273,8 +287,9 @@ func (k *Key) AppendRequest(b []byte, r Request) []byte {
 }
 
 // AppendReply appends the authenticated encoding of r to b. It fails if a node name is
-// empty or longer than 253 bytes, if the state is not one of the defined ones, or if r
-// covers more than MaxCovers nodes.
+// empty or longer than 253 bytes, if the state is not one of the defined ones, if a list's
+// share is longer than its sum says the list is, or if the reply would be longer than
+// MaxUnfragmented: a Responder sends long lists in shares that fit.
 func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	if err := checkReply(r); err != nil {
 		return b, err
@@ -295,16 +310,18 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	b = binary.BigEndian.AppendUint64(b, r.Verdict.Instance)
 	b = binary.BigEndian.AppendUint64(b, r.Verdict.Seq)
 	b = binary.BigEndian.AppendUint64(b, r.CacheVersion)
+	b = binary.BigEndian.AppendUint16(b, uint16(r.CoverSum.Len))
+	b = binary.BigEndian.AppendUint64(b, r.CoverSum.Digest)
 	b = append(b, byte(len(r.Covers)))
-	for _, n := range r.Covers {
-		b = appendName(b, n)
+	for _, t := range r.Covers {
+		b = binary.BigEndian.AppendUint64(b, t)
 	}
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Digest))
+	b = append(b, byte(r.UnableSum.Len))
+	b = binary.BigEndian.AppendUint64(b, r.UnableSum.Digest)
 	b = append(b, byte(len(r.Unable)))
 	for _, u := range r.Unable {
-		b = append(b, byte(u.Family), byte(u.Reason))
-		b = appendName(b, u.Pool)
-		b = append(append(b, byte(len(u.Interface))), u.Interface...)
+		b = appendUnable(b, u)
 	}
 	return append(b[:start], k.seal(b[start:])...), nil
 }
@@ -348,21 +365,19 @@ func checkReply(r Reply) error {
 	if r.State != Ready && r.State != Draining && r.State != Starting {
 		return fmt.Errorf("probe reply: %v is not a state of version %d", r.State, Version)
 	}
-	if len(r.Covers) > MaxCovers {
-		return fmt.Errorf("probe reply: covers %d nodes, at most %d fit", len(r.Covers), MaxCovers)
+	if r.CoverSum.Len < 0 || r.CoverSum.Len > MaxCovers || len(r.Covers) > r.CoverSum.Len {
+		return fmt.Errorf("probe reply: carries %d of %d covered nodes, at most %d in all", len(r.Covers), r.CoverSum.Len, MaxCovers)
 	}
-	for _, n := range r.Covers {
-		if err := checkName(n); err != nil {
-			return fmt.Errorf("probe reply: covered %w", err)
-		}
-	}
-	if len(r.Unable) > MaxUnable {
-		return fmt.Errorf("probe reply: names %d pools and families it cannot announce, at most %d fit", len(r.Unable), MaxUnable)
+	if r.UnableSum.Len < 0 || r.UnableSum.Len > MaxUnable || len(r.Unable) > r.UnableSum.Len {
+		return fmt.Errorf("probe reply: carries %d of %d pools and families it cannot announce, at most %d in all", len(r.Unable), r.UnableSum.Len, MaxUnable)
 	}
 	for _, u := range r.Unable {
 		if err := u.check(); err != nil {
 			return fmt.Errorf("probe reply: %w", err)
 		}
+	}
+	if n := replyLen(r); n > MaxUnfragmented {
+		return fmt.Errorf("probe reply: %d bytes with %d covered nodes and %d entries it cannot announce, more than the %d that travel unfragmented", n, len(r.Covers), len(r.Unable), MaxUnfragmented)
 	}
 	return nil
 }

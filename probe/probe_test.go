@@ -37,13 +37,13 @@ func TestEncoding(t *testing.T) {
 		t.Errorf("request = % x, want % x and a 16-byte code", req, want)
 	}
 	unable := []Unable{{Pool: "p", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}
-	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, CacheVersion: 5, Covers: []string{"b"}, Digest: 6, Unable: unable})
+	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, CacheVersion: 5, Covers: []uint64{0x62}, CoverSum: ListSum{Len: 300, Digest: 8}, Digest: 6, Unable: unable, UnableSum: ListSum{Len: 2, Digest: 9}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = []byte{'B', 'M', 6, 2, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 7, 2, 3, 6, 'n', 'o', 'd', 'e', '-', 'a',
-		0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 5, 1, 1, 'b',
-		0, 0, 0, 0, 0, 0, 0, 6, 1, 6, 2, 1, 'p', 4, 'e', 't', 'h', '0'}
+		0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 5, 1, 44, 0, 0, 0, 0, 0, 0, 0, 8, 1, 0, 0, 0, 0, 0, 0, 0, 0x62,
+		0, 0, 0, 0, 0, 0, 0, 6, 2, 0, 0, 0, 0, 0, 0, 0, 9, 1, 6, 2, 1, 'p', 4, 'e', 't', 'h', '0'}
 	if len(reply) != len(want)+macLen || !bytes.HasPrefix(reply, want) {
 		t.Errorf("reply = % x, want % x and a 16-byte code", reply, want)
 	}
@@ -65,7 +65,7 @@ func TestEncoding(t *testing.T) {
 		t.Errorf("ParseRequest = %+v, %v", gotReq, err)
 	}
 	gotReply, err := testKey.ParseReply(reply)
-	if err != nil || !reflect.DeepEqual(gotReply, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, Verdict: VerdictRef{3, 4}, CacheVersion: 5, Covers: []string{"b"}, Digest: 6, Unable: unable}) {
+	if err != nil || !reflect.DeepEqual(gotReply, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, Verdict: VerdictRef{3, 4}, CacheVersion: 5, Covers: []uint64{0x62}, CoverSum: ListSum{Len: 300, Digest: 8}, Digest: 6, Unable: unable, UnableSum: ListSum{Len: 2, Digest: 9}}) {
 		t.Errorf("ParseReply = %+v, %v", gotReply, err)
 	}
 }
@@ -121,8 +121,12 @@ func TestAppendReplyRefuses(t *testing.T) {
 		{State: Ready},
 		{State: Ready, Node: strings.Repeat("a", 254)},
 		{State: 7, Node: "node-a"},
-		{State: Ready, Node: "node-a", Covers: []string{""}},
-		{State: Ready, Node: "node-a", Covers: make([]string, MaxCovers+1)},
+		{State: Ready, Node: "node-a", Covers: []uint64{1}},
+		{State: Ready, Node: "node-a", CoverSum: ListSum{Len: MaxCovers + 1}},
+		{State: Ready, Node: "node-a", CoverSum: ListSum{Len: -1}},
+		{State: Ready, Node: "node-a", Unable: []Unable{{Pool: "p", Family: IPv4, Reason: NoUpInterface}}},
+		{State: Ready, Node: "node-a", UnableSum: ListSum{Len: MaxUnable + 1}},
+		{State: Ready, Node: "node-a", Unable: []Unable{{Pool: "", Family: IPv4, Reason: NoUpInterface}}, UnableSum: ListSum{Len: 1}},
 	} {
 		if _, err := testKey.AppendReply(nil, r); err == nil {
 			t.Errorf("AppendReply(%+v) succeeded", r)
@@ -137,6 +141,8 @@ func TestParseErrors(t *testing.T) {
 	header := good[:20]             // and the challenge
 	noVerdict := make([]byte, 16+8) // and no cache version
 	noDigest := make([]byte, 8)
+	noCovers := make([]byte, 2+8+1)
+	unableOf := func(n byte) []byte { return append([]byte{n}, make([]byte, 8)...) }
 	for _, tc := range []struct {
 		name string
 		b    []byte
@@ -147,19 +153,22 @@ func TestParseErrors(t *testing.T) {
 		{"version", append([]byte{'B', 'M', 3}, good[3:]...), "version 3, want 6"},
 		{"request as reply", testKey.AppendRequest(nil, Request{Sender: FromCCM}), "type 1, want 2"},
 		{"no state", sealed(header), "datagram of 36 bytes ends inside a field"},
-		{"state", sealed(header, []byte{4, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{0}), "unknown state(4)"},
+		{"state", sealed(header, []byte{4, 0, 2, 'n', '1'}, noVerdict, noCovers, noDigest, unableOf(0), []byte{0}), "unknown state(4)"},
 		{"no flags", sealed(header, []byte{1}), "datagram of 37 bytes ends inside a field"},
-		{"empty name", sealed(header, []byte{1, 0, 0}, noVerdict, []byte{0}), "node name of 0 bytes"},
+		{"empty name", sealed(header, []byte{1, 0, 0}, noVerdict, noCovers), "node name of 0 bytes"},
 		{"truncated name", sealed(header, []byte{1, 0, 2, 'n'}), "datagram of 40 bytes ends inside a field"},
 		{"no covers count", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict), "ends inside a field"},
-		{"truncated covers", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{2, 1, 'a'}), "ends inside a field"},
-		{"extra byte", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{0, 0}), "1 bytes after the end of a reply"},
-		{"no unable count", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest), "ends inside a field"},
-		{"too many unable", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{MaxUnable + 1}), "naming 65 pools and families"},
-		{"unknown family", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{1, 5, 1, 1, 'p', 0}), "unknown family 5"},
-		{"unknown reason", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0}, noDigest, []byte{1, 4, 3, 1, 'p', 0}), "unknown reason 3"},
-		{"too many covers", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{MaxCovers + 1}), "covering 33 nodes, at most 32"},
-		{"long name", sealed(header, []byte{1, 0, 254}, bytes.Repeat([]byte{'a'}, 254), noVerdict, []byte{0}), "node name of 254 bytes"},
+		{"truncated covers", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0, 2}, make([]byte, 8), []byte{2}, make([]byte, 12)), "ends inside a field"},
+		{"extra byte", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, noCovers, noDigest, unableOf(0), []byte{0, 0}), "1 bytes after the end of a reply"},
+		{"no unable count", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, noCovers, noDigest), "ends inside a field"},
+		{"no unable share", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, noCovers, noDigest, unableOf(0)), "ends inside a field"},
+		{"too many unable", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, noCovers, noDigest, unableOf(MaxUnable+1), []byte{0}), "naming 65 pools and families"},
+		{"unable share over its list", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, noCovers, noDigest, unableOf(1), []byte{2}), "carrying 2 of 1 pools and families"},
+		{"unknown family", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, noCovers, noDigest, unableOf(1), []byte{1, 5, 1, 1, 'p', 0}), "unknown family 5"},
+		{"unknown reason", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, noCovers, noDigest, unableOf(1), []byte{1, 4, 3, 1, 'p', 0}), "unknown reason 3"},
+		{"covers share over its list", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0, 1}, make([]byte, 8), []byte{2}, make([]byte, 16)), "carrying 2 of 1 covered nodes"},
+		{"too long", sealed(header, []byte{1, 0, 2, 'n', '1'}, noVerdict, []byte{0, 200}, make([]byte, 8), []byte{143}, make([]byte, 143*8), noDigest, unableOf(0), []byte{0}), "a reply of 1238 bytes, at most 1232"},
+		{"long name", sealed(header, []byte{1, 0, 254}, bytes.Repeat([]byte{'a'}, 254), noVerdict, noCovers), "node name of 254 bytes"},
 	} {
 		_, err := testKey.ParseReply(tc.b)
 		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), tc.want) {
@@ -186,8 +195,12 @@ func TestParseErrors(t *testing.T) {
 // sealed once more as it is, so that the decoders behind the check are fuzzed as well.
 func FuzzParse(f *testing.F) {
 	f.Add(testKey.AppendRequest(nil, Request{Nonce: 1, Sender: FromCCM, Instance: 2, Counter: 3, Verdict: 4}))
-	reply, _ := testKey.AppendReply(nil, Reply{Nonce: 1, State: Ready, Node: "node-a", Verdict: VerdictRef{1, 2}, Covers: []string{"b", "c"}})
+	reply, _ := testKey.AppendReply(nil, Reply{Nonce: 1, State: Ready, Node: "node-a", Verdict: VerdictRef{1, 2}, Covers: []uint64{NodeTag("b"), NodeTag("c")}, CoverSum: ListSum{Len: 3, Digest: 4},
+		Unable: []Unable{{Pool: "p", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}, UnableSum: ListSum{Len: 1, Digest: 5}})
 	f.Add(reply)
+	// A reply longer than any sender makes: a seed, so that the fuzzer does not spend its
+	// time minimizing a long input that first takes that branch.
+	f.Add(testKey.seal(append([]byte{'B', 'M', Version, typeReply}, make([]byte, MaxUnfragmented)...)))
 	verdict, _ := testKey.AppendVerdict(testSigner, Verdict{VerdictRef: VerdictRef{1, 2}, Down: []string{"a", "b"}})
 	f.Add(verdict[0])
 	duty, _ := testKey.AppendDuty(testSigner, Duty{Instance: 1, Seq: 2, To: 3, Digest: 4, Addrs: manyAddrs(3)})

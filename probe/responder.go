@@ -36,8 +36,7 @@ type Responder struct {
 	// newestVerdict is the verdict the newest request of the ccm followed said it is at.
 	newestVerdict VerdictRef
 	verdict       Verdict
-	verdictParts  gather[string]
-	covers        []string
+	verdictParts  assembly[string]
 	standsDown    bool
 	onVerdict     func()
 	// expected is the duty digest the newest ccm request carried, if it knew one.
@@ -45,13 +44,13 @@ type Responder struct {
 	expectedKnown bool
 	// duty is the newest duty list taken, and parts the parts of one still arriving.
 	duty      *Duty
-	dutyParts gather[netip.Addr]
+	dutyParts assembly[netip.Addr]
 	onDuty    func()
-	// digest, confirmedOnly and unable are what the following replies say of the agent's
-	// own view and of what it cannot announce.
+	// digest and confirmedOnly are what the following replies say of the agent's own
+	// view, and lists the nodes it stands in for and what it cannot announce.
 	digest        Digest
 	confirmedOnly bool
-	unable        []Unable
+	lists         replyLists
 	// cacheVersion returns the resourceVersion the agent's Service cache has reached.
 	cacheVersion func() uint64
 
@@ -174,14 +173,14 @@ func (r *Responder) SetStandsDown(down bool) {
 	r.standsDown = down
 }
 
-// SetCovers sets the nodes the following replies say this agent stands in for. Only the
-// first MaxCovers valid node names are sent: the names come from annotations.
+// SetCovers sets the nodes the following replies say this agent stands in for. Only
+// valid node names count, as the names come from annotations, and at most MaxCovers of
+// them; replies carry them in shares when they do not fit in one.
 func (r *Responder) SetCovers(nodes []string) {
 	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return checkName(n) != nil })
-	nodes = nodes[:min(len(nodes), MaxCovers)]
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.covers = nodes
+	r.lists.setCovers(nodes)
 }
 
 // Serve answers the requests and takes the verdicts arriving on conn until conn is
@@ -248,7 +247,7 @@ func (r *Responder) Handle(in, out []byte) ([]byte, bool) {
 	if req.Sender == FromCCM {
 		r.heard(req, now)
 	}
-	return r.reply(out, req, now), true
+	return r.reply(out, req, now)
 }
 
 // refuse logs a request made with another key, and answers it with a refusal, once a
@@ -286,17 +285,26 @@ func (r *Responder) heard(req Request, now time.Time) {
 	r.lastCCM.Store(now.UnixNano())
 }
 
-func (r *Responder) reply(b []byte, req Request, now time.Time) []byte {
+// reply appends the reply to req to b, and reports whether there is one to send.
+func (r *Responder) reply(b []byte, req Request, now time.Time) ([]byte, bool) {
 	r.mu.Lock()
-	reply := Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef, Covers: r.covers,
-		ConfirmedOnly: r.confirmedOnly, Digest: r.digest, Unable: r.unable}
+	reply := Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef,
+		ConfirmedOnly: r.confirmedOnly, Digest: r.digest}
+	// The request's counter turns the shares: each prober's counters for this node are
+	// consecutive, so each prober gets every share in turn however many probe the node.
+	r.lists.fill(&reply, req.Counter)
 	cacheVersion := r.cacheVersion
 	r.mu.Unlock()
 	if cacheVersion != nil {
 		reply.CacheVersion = cacheVersion()
 	}
-	b, _ = r.key.AppendReply(b, reply) // the node name and covers were checked when set
-	return b
+	out, err := r.key.AppendReply(b, reply)
+	if err != nil {
+		// Never: the name and lists were checked when set, and fill makes the shares fit.
+		klog.ErrorS(err, "Cannot encode a probe reply", "node", r.node)
+		return b, false
+	}
+	return out, true
 }
 
 // rejected counts a datagram that did not parse, and reports whether err says it did not.
@@ -352,13 +360,13 @@ func (r *Responder) SetView(digest Digest, confirmedOnly bool) {
 }
 
 // SetUnable sets the pools and families the following replies say the agent cannot
-// announce now. Only the first MaxUnable valid ones are sent.
+// announce now. Only the first MaxUnable valid ones, in order of pool and family, count;
+// replies carry them in shares when they do not fit in one.
 func (r *Responder) SetUnable(u []Unable) {
 	u = slices.DeleteFunc(slices.Clone(u), func(x Unable) bool { return x.check() != nil })
-	u = u[:min(len(u), MaxUnable)]
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.unable = u
+	r.lists.setUnable(u)
 }
 
 // Expected returns the duty digest the newest ccm request carried, and whether that ccm

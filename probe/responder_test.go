@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -324,23 +325,33 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 }
 
 // TestResponderCovers checks what replies say the agent stands in for (only valid names,
-// and no more than fit), and whether it stands down.
+// once each, in shares that fit), and whether it stands down.
 func TestResponderCovers(t *testing.T) {
 	r := newTestResponder(t)
 	ccm := newTalker(r, FromCCM, 1)
-	covers := []string{"", strings.Repeat("a", 254)}
-	for i := range MaxCovers + 5 {
+	covers := []string{"", strings.Repeat("a", 254), "node-0"}
+	var want []uint64
+	for i := range 1000 {
 		covers = append(covers, "node-"+strconv.Itoa(i))
+		want = append(want, NodeTag("node-"+strconv.Itoa(i)))
 	}
+	slices.Sort(want)
 	r.SetCovers(covers)
-	covers[2] = "changed-after-set" // the responder keeps its own copy
-	got := ccm.ask(t, ccm.next()).Covers
-	if len(got) != MaxCovers || got[0] != "node-0" || got[MaxCovers-1] != "node-"+strconv.Itoa(MaxCovers-1) {
-		t.Errorf("reply covers %q, want node-0 to node-%d", got, MaxCovers-1)
+	covers[3] = "changed-after-set" // the responder keeps its own copy
+	g := NewCoverGather()
+	for !g.Whole() {
+		reply := ccm.ask(t, ccm.next())
+		if reply.CoverSum.Len != len(want) || len(reply.Covers) == 0 || len(reply.Covers) == len(want) {
+			t.Fatalf("reply carries %d covers of %d, want a share of %d", len(reply.Covers), reply.CoverSum.Len, len(want))
+		}
+		g.Take(reply.Covers, reply.CoverSum)
+	}
+	if !slices.Equal(g.Items(), want) {
+		t.Errorf("replies cover %d nodes, want node-0 to node-999", len(g.Items()))
 	}
 	r.SetCovers(nil)
-	if got := ccm.ask(t, ccm.next()).Covers; len(got) != 0 {
-		t.Errorf("reply covers %q after SetCovers(nil)", got)
+	if got := ccm.ask(t, ccm.next()); len(got.Covers) != 0 || got.CoverSum != (ListSum{}) {
+		t.Errorf("reply covers %v of %+v after SetCovers(nil)", got.Covers, got.CoverSum)
 	}
 	if ccm.ask(t, ccm.next()).StandsDown {
 		t.Error("a new responder's reply says it stands down")

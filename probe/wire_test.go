@@ -40,12 +40,13 @@ func (rt roundTrip) body() []byte {
 func roundTrips(t *testing.T) []roundTrip {
 	t.Helper()
 	req := Request{Nonce: 1 << 60, Sender: FromCCM, Instance: 1_700_000_000_000_000_000, Counter: 42, Verdict: 7}
-	covers := make([]string, MaxCovers)
-	for i := range covers {
-		covers[i] = fmt.Sprintf("covered-%02d", i)
+	var covers []uint64
+	for i := range 100 {
+		covers = append(covers, NodeTag(fmt.Sprintf("covered-%02d", i)))
 	}
-	covers[0] = strings.Repeat("c", maxNodeName)
-	reply := Reply{Nonce: 3, State: Ready, Node: strings.Repeat("n", maxNodeName), Verdict: VerdictRef{Instance: 8, Seq: 9}, Covers: covers}
+	unable := []Unable{{Pool: "public", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}
+	reply := Reply{Nonce: 3, State: Ready, Node: strings.Repeat("n", maxNodeName), Verdict: VerdictRef{Instance: 8, Seq: 9}, Covers: covers, CoverSum: ListSum{Len: 300, Digest: 1},
+		Unable: unable, UnableSum: ListSum{Len: 2, Digest: 2}}
 	down := make([]string, 40)
 	for i := range down {
 		down[i] = fmt.Sprintf("rack-%02d-node-%04d", i/100, i)

@@ -1,7 +1,9 @@
 package prober
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,7 +20,8 @@ type Agent struct {
 	LastRTT time.Duration
 	// LastAnswer is when the last answer arrived; zero before any answer.
 	LastAnswer time.Time
-	// Covers are the nodes the agent's last reply said it stands in for.
+	// Covers are the nodes the agent's replies say it stands in for, sorted; a node not
+	// probed shows as its NodeTag in hexadecimal.
 	Covers []string
 	// LastProbe is when the last probe ended, answered or not; zero before the first.
 	LastProbe time.Time
@@ -39,7 +42,7 @@ func (p *Prober) Agents() map[string]Agent {
 	defer p.mu.Unlock()
 	out := make(map[string]Agent, len(p.agents))
 	for node, a := range p.agents {
-		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load()), Covers: a.covers, Unable: a.unable, ConfirmedOnly: a.confirmedOnly, CacheVersion: a.cacheVersion}
+		pr := Agent{Address: a.addr, LastRTT: time.Duration(a.lastRTT.Load()), Covers: p.coverNamesLocked(a.covers), Unable: a.unable, ConfirmedOnly: a.confirmedOnly, CacheVersion: a.cacheVersion}
 		if at := a.lastAnswer.Load(); at != 0 {
 			pr.LastAnswer = time.Unix(0, at)
 		}
@@ -48,6 +51,21 @@ func (p *Prober) Agents() map[string]Agent {
 		}
 		out[node] = pr
 	}
+	return out
+}
+
+// coverNamesLocked returns the names of the nodes of tags, sorted, for people: a node
+// the prober does not probe (one it has no address for, or deleted) shows as its tag.
+func (p *Prober) coverNamesLocked(tags []uint64) []string {
+	var out []string
+	for _, t := range tags {
+		if n, ok := p.names[t]; ok {
+			out = append(out, n)
+		} else {
+			out = append(out, fmt.Sprintf("%016x", t))
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -2,7 +2,6 @@ package prober
 
 import (
 	"net/netip"
-	"slices"
 
 	"k8s.io/klog/v2"
 
@@ -81,11 +80,11 @@ func (p *Prober) takeAbilityLocked(node string, a *agentProbe, r probe.Reply) bo
 		klog.InfoS("Agent announces only what the ccm confirms", "node", node, "confirmedOnly", r.ConfirmedOnly)
 		a.confirmedOnly = r.ConfirmedOnly
 	}
-	probe.SortUnable(r.Unable)
-	if slices.Equal(a.unable, r.Unable) {
+	if !a.unableGather.Take(r.Unable, r.UnableSum) {
 		return false
 	}
-	klog.V(2).InfoS("Agent's abilities changed", "node", node, "unable", r.Unable, "before", a.unable)
-	a.unable = r.Unable
+	unable := a.unableGather.Items()
+	klog.V(2).InfoS("Agent's abilities changed", "node", node, "unable", unable, "whole", a.unableGather.Whole(), "before", a.unable)
+	a.unable = unable
 	return true
 }

@@ -93,8 +93,10 @@ type Prober struct {
 	// down (SetReplaced), with the resourceVersion their agents' Service caches must reach
 	// before they may announce again.
 	replaced map[string]uint64
-	// covered counts, per node, the agents whose last reply said they stand in for it.
-	covered map[string]int
+	// covered counts, per NodeTag, the agents whose replies say they stand in for the
+	// node, and names are the probed nodes by NodeTag: replies name covered nodes by tag.
+	covered map[uint64]int
+	names   map[uint64]string
 	// duties, if set, say what each agent should announce.
 	duties Duties
 	// sched probes the agents of the current Run; nil before Run.
@@ -117,16 +119,23 @@ type agentProbe struct {
 	// sequence of that publication. Both under p.mu.
 	state   State
 	applied uint64
-	// covers are the nodes the agent's last reply said it stands in for, standsDown
-	// whether it said it takes itself for down, and cacheVersion the resourceVersion it
-	// said its Service cache has reached.
-	covers       []string
+	// covers are the NodeTags of the nodes the agent's replies say it stands in for, as
+	// coverGather puts them together from the shares replies carry; standsDown whether
+	// its last reply said it takes itself for down, and cacheVersion the resourceVersion
+	// it said its Service cache has reached.
+	covers       []uint64
+	coverGather  *probe.Gather[uint64]
 	standsDown   bool
 	cacheVersion uint64
-	// unable are the pools and families the agent cannot announce, as its last reply
-	// said, and confirmedOnly whether it announces only what the ccm confirms.
+	// unable are the pools and families the agent cannot announce, as unableGather puts
+	// them together, and confirmedOnly whether it announces only what the ccm confirms.
 	unable        []probe.Unable
+	unableGather  *probe.Gather[probe.Unable]
 	confirmedOnly bool
+	// answers counts the replies taken, and turns how many consecutive ones carry every
+	// share of the agent's lists, as its last reply said: the wait for whole lists is
+	// bounded by them.
+	answers, turns int
 	// lastRTT (ns) and lastAnswer (Unix ns) are the last answered probe's round trip and
 	// arrival, for the status page. Atomics, because the readers write them on every
 	// answer, and p.mu is on the path of every announcer decision.
@@ -154,7 +163,7 @@ func New(cfg config.Failover, key *probe.Key, signer *probe.Signer, nodes corein
 		// An agent's prober has no metrics of its own: an unregistered metric counts nothing.
 		registerMetrics()
 	}
-	p := &Prober{cfg: cfg, key: key, signer: signer, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]uint64{}, covered: map[string]int{}, verdictDue: make(chan struct{}, 1)}
+	p := &Prober{cfg: cfg, key: key, signer: signer, sender: sender, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]uint64{}, covered: map[uint64]int{}, names: map[uint64]string{}, verdictDue: make(chan struct{}, 1)}
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.syncNode,
 		UpdateFunc: func(_, cur any) { p.syncNode(cur) },
@@ -317,6 +326,9 @@ func (p *Prober) forget(node string) {
 	agentsByState.WithLabelValues(a.state.String()).Dec()
 	p.setCoversLocked(a, nil)
 	delete(p.agents, node)
+	if p.names[a.tag] == node {
+		delete(p.names, a.tag)
+	}
 	p.decideLocked()
 }
 
@@ -346,8 +358,9 @@ func (p *Prober) syncNode(obj any) {
 		p.decideLocked() // it may have been the last one the first verdict waited for
 		return
 	}
-	a := &agentProbe{node: n.Name, addr: addr, sock: socketOf(n.Name, len(p.sched.conns)), tag: probe.NodeTag(n.Name)}
+	a := &agentProbe{node: n.Name, addr: addr, sock: socketOf(n.Name, len(p.sched.conns)), tag: probe.NodeTag(n.Name), coverGather: probe.NewCoverGather(), unableGather: probe.NewUnableGather()}
 	p.agents[n.Name] = a
+	p.names[a.tag] = n.Name
 	agentsByState.WithLabelValues(Unknown.String()).Inc()
 	p.sched.add(a)
 }
@@ -365,11 +378,17 @@ func (p *Prober) transition(node string, a *agentProbe, s State, o outcome, rtt 
 	agentsByState.WithLabelValues(a.state.String()).Dec()
 	agentsByState.WithLabelValues(s.String()).Inc()
 	a.state = s
-	delete(p.pending, node)
+	if s == Down || a.listsKnown() {
+		delete(p.pending, node)
+	}
 	changed := []string{node}
+	if s == Down {
+		// A dead agent stands in for no one; if it answers again, its lists are gathered
+		// anew.
+		a.coverGather = probe.NewCoverGather()
+	}
 	if s == Down && len(a.covers) > 0 {
-		// A dead agent stands in for no one.
-		before := p.healthOf(a.covers)
+		before := p.healthOf(p.namesOf(a.covers))
 		p.setCoversLocked(a, nil)
 		for n, was := range before {
 			if p.healthLocked(n) != was {

@@ -17,16 +17,17 @@ import (
 // unreachable peers for down, and must move nothing once it is back.
 func (p *Prober) adoptedLocked(node string) bool {
 	a := p.agents[node]
-	return a != nil && a.standsDown && p.covered[node] > 0
+	return a != nil && a.standsDown && p.covered[a.tag] > 0
 }
 
-// CoveredBy returns the agents whose last reply said they stand in for node, sorted.
+// CoveredBy returns the agents whose replies say they stand in for node, sorted.
 func (p *Prober) CoveredBy(node string) []string {
+	tag := probe.NodeTag(node)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []string
 	for name, a := range p.agents {
-		if slices.Contains(a.covers, node) {
+		if _, ok := slices.BinarySearch(a.covers, tag); ok {
 			out = append(out, name)
 		}
 	}
@@ -117,7 +118,6 @@ func (p *Prober) verdictParts() [][]byte {
 // answered takes what an agent's reply says of the verdict, of itself and of the nodes
 // it stands in for, and reports whether the agent should be sent the verdict again.
 func (p *Prober) answered(node string, a *agentProbe, r probe.Reply) bool {
-	slices.Sort(r.Covers)
 	p.mu.Lock()
 	var changed []string
 	if p.agents[node] == a {
@@ -155,11 +155,13 @@ func (p *Prober) untakenLocked(a *agentProbe, stale bool) bool {
 }
 
 // takeReplyLocked records the cache version, covers and stand-down flag of a's reply, and
-// returns the nodes the listeners must hear of: node itself when its cache caught up or
-// its covers changed (its peers' covers are news to an agent's own prober), and the nodes
-// whose health its covers changed.
+// returns the nodes the listeners must hear of: node itself when its cache caught up, its
+// covers changed (its peers' covers are news to an agent's own prober) or its lists were
+// first known whole, and the nodes whose health its covers changed.
 func (p *Prober) takeReplyLocked(node string, a *agentProbe, r probe.Reply) []string {
 	var changed []string
+	a.answers++
+	a.turns = probe.TurnsToWhole(r.CoverSum, r.UnableSum)
 	if a.cacheVersion != r.CacheVersion {
 		was := p.replacedLocked(node)
 		a.cacheVersion = r.CacheVersion
@@ -169,10 +171,11 @@ func (p *Prober) takeReplyLocked(node string, a *agentProbe, r probe.Reply) []st
 			changed = append(changed, node)
 		}
 	}
-	if !slices.Equal(a.covers, r.Covers) || a.standsDown != r.StandsDown {
-		klog.V(2).InfoS("Agent stands in for other nodes", "node", node, "covers", r.Covers, "standsDown", r.StandsDown, "before", a.covers)
-		before := p.healthOf(append(slices.Clone(a.covers), r.Covers...))
-		p.setCoversLocked(a, r.Covers)
+	if a.coverGather.Take(r.Covers, r.CoverSum) || a.standsDown != r.StandsDown {
+		covers := a.coverGather.Items()
+		klog.V(2).InfoS("Agent stands in for other nodes", "node", node, "covers", len(covers), "whole", a.coverGather.Whole(), "standsDown", r.StandsDown, "before", len(a.covers))
+		before := p.healthOf(p.namesOf(append(slices.Clone(a.covers), covers...)))
+		p.setCoversLocked(a, covers)
 		a.standsDown = r.StandsDown
 		changed = append(changed, node)
 		for n, s := range before {
@@ -184,14 +187,21 @@ func (p *Prober) takeReplyLocked(node string, a *agentProbe, r probe.Reply) []st
 	if p.takeAbilityLocked(node, a, r) {
 		changed = append(changed, node)
 	}
+	if p.pending[node] && a.applied > 0 && (a.listsKnown() || a.answers > 2*a.turns+2) {
+		// Its state was published while its lists were not whole yet: a new leader waits
+		// for them, as a node it takes for adopted or unable moves nothing meanwhile, but
+		// not for ever, should the agent never send a whole list.
+		delete(p.pending, node)
+		changed = append(changed, node)
+	}
 	if len(changed) > 0 {
 		p.decideLocked()
 	}
 	return slices.Compact(changed)
 }
 
-// setCoversLocked records what an agent stands in for.
-func (p *Prober) setCoversLocked(a *agentProbe, covers []string) {
+// setCoversLocked records the NodeTags of the nodes an agent stands in for.
+func (p *Prober) setCoversLocked(a *agentProbe, covers []uint64) {
 	for _, n := range a.covers {
 		if p.covered[n]--; p.covered[n] <= 0 {
 			delete(p.covered, n)
@@ -201,6 +211,25 @@ func (p *Prober) setCoversLocked(a *agentProbe, covers []string) {
 		p.covered[n]++
 	}
 	a.covers = covers
+}
+
+// namesOf returns the names of the probed nodes among tags: those not probed have no
+// health to change.
+func (p *Prober) namesOf(tags []uint64) []string {
+	var out []string
+	for _, t := range tags {
+		if n, ok := p.names[t]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// listsKnown reports whether a whole list of each kind has arrived from a's agent since it
+// was last taken for down: until then, what it stands in for and what it cannot announce
+// may lack some.
+func (a *agentProbe) listsKnown() bool {
+	return a.coverGather.Whole() && a.unableGather.Whole()
 }
 
 func (p *Prober) healthOf(nodes []string) map[string]State {
