@@ -11,13 +11,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -60,7 +58,7 @@ type options struct {
 }
 
 func main() {
-	o := options{nodeName: os.Getenv("NODE_NAME"), metricsAddress: ":7475", shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, logs: logsapi.NewLoggingConfiguration()}
+	o := options{nodeName: os.Getenv("NODE_NAME"), shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, logs: logsapi.NewLoggingConfiguration()}
 	cmd := &cobra.Command{
 		Use:   "baremetal-agent",
 		Short: "Answer ARP and NDP for the Service addresses this node announces",
@@ -84,8 +82,8 @@ ccm's health probes.`,
 	fs.StringVar(&o.cloudConfig, "cloud-config", "", "Path to the cloud-config the ccm uses: its pools bound what this node may announce.")
 	fs.StringVar(&o.probeKey, "probe-key-file", "", "File holding the probe key, one key per line (the first signs, every one verifies), shared with the ccm: from the Secret the install creates.")
 	fs.StringVar(&o.verdictPublicKey, "verdict-public-key-file", "", "File holding the ccm's Ed25519 public keys (PEM blocks \"PUBLIC KEY\", any of them verifies): the agent takes only verdicts and duty lists signed by the ccm. From the probe key Secret (verdict.pub).")
-	fs.StringVar(&o.probeAddress, "probe-address", "", `UDP address of the health responder the ccm probes; ":<failover.agentPort of the cloud-config>" when empty.`)
-	fs.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "HTTP address serving /metrics, /healthz and /readyz.")
+	fs.StringVar(&o.probeAddress, "probe-address", "", `UDP address of the health responder the ccm and the peers probe; when empty, the Node's first InternalIP (where they probe it) at failover.agentPort of the cloud-config. ":<port>" listens on every address of the node.`)
+	fs.StringVar(&o.metricsAddress, "metrics-address", "", `HTTP address serving /metrics, /healthz, /livez and /readyz; when empty, the Node's first InternalIP (the pod's IP on the host network, which the kubelet's probes and Prometheus use) at port 7475. ":<port>" listens on every address of the node.`)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", o.shutdownGrace, "On SIGTERM, how long to keep answering, as draining, while Services still name this node.")
 	fs.DurationVar(&o.configReload, "cloud-config-reload-interval", o.configReload, "How often to check the cloud-config file for changes (a ConfigMap update reaches the file within a minute or so); a valid new file takes effect at once, an invalid one is logged and ignored.")
 	verflag.AddFlags(fs)
@@ -118,9 +116,6 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--verdict-public-key-file: %w", err)
 	}
-	if o.probeAddress == "" {
-		o.probeAddress = ":" + strconv.Itoa(cfg.Failover.AgentPort)
-	}
 	restConfig, err := clientConfig(o.kubeconfig)
 	if err != nil {
 		return err
@@ -130,7 +125,18 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	if err := checkNode(ctx, client, o.nodeName); err != nil {
+	// Where to listen is in the Node, unless both flags say it: then the agent can start
+	// while the API server is away, as before them.
+	var node *v1.Node
+	if o.probeAddress == "" || o.metricsAddress == "" {
+		if node, err = getNode(ctx, client, o.nodeName); err != nil {
+			return err
+		}
+	} else if err := checkNode(ctx, client, o.nodeName); err != nil {
+		return err
+	}
+	probeAddress, metricsAddress, listenAt, err := listenAddresses(o.probeAddress, o.metricsAddress, node, cfg.Failover.AgentPort)
+	if err != nil {
 		return err
 	}
 	responder, err := probe.NewResponder(o.nodeName, key, ccmKey)
@@ -140,14 +146,14 @@ func run(ctx context.Context, o options) error {
 	// Not ready before the Service cache synced and the links were read: the ccm keeps
 	// addresses away from it meanwhile, and its standbys announce what it would.
 	responder.SetState(probe.Starting)
-	probeConn, err := net.ListenPacket("udp", o.probeAddress)
+	probeConn, err := net.ListenPacket("udp", probeAddress)
 	if err != nil {
-		return fmt.Errorf("--probe-address: %w", err)
+		return fmt.Errorf("--probe-address %q: %w", probeAddress, err)
 	}
 	defer probeConn.Close()
-	metricsListener, err := net.Listen("tcp", o.metricsAddress)
+	metricsListener, err := net.Listen("tcp", metricsAddress)
 	if err != nil {
-		return fmt.Errorf("--metrics-address: %w", err)
+		return fmt.Errorf("--metrics-address %q: %w", metricsAddress, err)
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -164,6 +170,13 @@ func run(ctx context.Context, o options) error {
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(peerNode(o.nodeName)))
 	nodes := nodeFactory.Core().V1().Nodes()
 	peers := prober.New(cfg.Failover, key, nil, nodes, probe.FromAgent)
+	// A Node whose address changes is probed at the new one: the agent must follow it.
+	var moved <-chan error
+	if listenAt.IsValid() {
+		if moved, err = addressMoved(nodes.Informer(), o.nodeName, listenAt); err != nil {
+			return err
+		}
+	}
 	standbys := standby.New(o.nodeName, cfg.Failover, responder, peers)
 	var watcher *servicewatch.Watcher
 	sp := speaker.New(speaker.Options{
@@ -220,6 +233,9 @@ func run(ctx context.Context, o options) error {
 	select {
 	case err := <-speakerDone:
 		return fmt.Errorf("speaker stopped: %w", err)
+	case err := <-moved:
+		klog.ErrorS(err, "The Node's address changed", "node", o.nodeName, "listeningAt", listenAt)
+		return err
 	case <-ctx.Done():
 	case s := <-signals:
 		klog.InfoS("Draining: still answering while Services name this node", "signal", s, "node", o.nodeName, "services", watcher.Named(), "gracePeriod", o.shutdownGrace)
@@ -305,22 +321,6 @@ func clientConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
 	return c, nil
-}
-
-// checkNode fails when the node does not exist: a wrong --node-name would otherwise leave
-// the agent silently announcing nothing. Any other error is only logged, so that an agent
-// can start while the API server is away.
-func checkNode(ctx context.Context, client kubernetes.Interface, node string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("--node-name %q: no such Node", node)
-	case err != nil:
-		klog.ErrorS(err, "Cannot check the Node; going on", "node", node)
-	}
-	return nil
 }
 
 // serveHTTP serves the metrics and the probes of the kubelet. /healthz reports everything

@@ -74,15 +74,26 @@ func socketOf(node string, n int) int {
 	return int(cycle.Phase(node, time.Duration(n)))
 }
 
-// agentAddress returns where node's agent answers: its first InternalIP.
-func agentAddress(n *v1.Node, port int) (netip.AddrPort, bool) {
+// AgentAddr returns the address a node's agent is reached at: the node's first
+// InternalIP that parses. The ccm probes there, agents probe their peers there, and the
+// agent listens there by default: one rule, so that all three always agree.
+func AgentAddr(n *v1.Node) (netip.Addr, bool) {
 	for _, a := range n.Status.Addresses {
 		if a.Type != v1.NodeInternalIP {
 			continue
 		}
 		if ip, err := netip.ParseAddr(a.Address); err == nil {
-			return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true
+			return ip.Unmap(), true
 		}
 	}
-	return netip.AddrPort{}, false
+	return netip.Addr{}, false
+}
+
+// agentAddress returns where node's agent answers: AgentAddr at the agents' port.
+func agentAddress(n *v1.Node, port int) (netip.AddrPort, bool) {
+	ip, ok := AgentAddr(n)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ip, uint16(port)), true
 }

@@ -319,9 +319,20 @@ func (c *Cluster) StartAgent(h *netns.Host) (*process.Process, error) {
 // StartAgentWith runs the agent on node h with the cloud-config file at config instead
 // of the testbed's, for a node that is to behave otherwise than the rest; Close stops it.
 func (c *Cluster) StartAgentWith(h *netns.Host, config string) (*process.Process, error) {
-	args := []string{"--node-name=" + h.Label, "--kubeconfig=" + c.agentKubeconfig, "--cloud-config=" + config, "--probe-key-file=" + c.KeyFile,
+	return c.startAgent(h, config)
+}
+
+// StartAgentArgs runs the agent on node h with more flags after the testbed's, which
+// they override (the last of a flag wins); Close stops it. With --metrics-address
+// overridden, AgentGet and WaitAgentReady do not reach the agent.
+func (c *Cluster) StartAgentArgs(h *netns.Host, extra ...string) (*process.Process, error) {
+	return c.startAgent(h, c.Config, extra...)
+}
+
+func (c *Cluster) startAgent(h *netns.Host, config string, extra ...string) (*process.Process, error) {
+	args := append([]string{"--node-name=" + h.Label, "--kubeconfig=" + c.agentKubeconfig, "--cloud-config=" + config, "--probe-key-file=" + c.KeyFile,
 		"--verdict-public-key-file=" + c.VerdictPublicKeyFile,
-		"--metrics-address=" + agentMetrics, "--shutdown-grace-period=2s", "--cloud-config-reload-interval=200ms", "-v=2"}
+		"--metrics-address=" + agentMetrics, "--shutdown-grace-period=2s", "--cloud-config-reload-interval=200ms", "-v=2"}, extra...)
 	p, err := c.start(h, h.Label+" agent", Agent, c.agentBinary, args, c.agentKubeconfig, config, c.KeyFile, c.VerdictPublicKeyFile)
 	if err != nil {
 		return nil, err
