@@ -14,7 +14,8 @@ import (
 )
 
 // freezableConn is an agent's socket on a host that can stop: while running is locked, a
-// datagram that arrives is read but handled only once the host runs again.
+// probe request that arrives is read but handled only once the host runs again. Verdicts
+// and duty lists pass: held, they would keep the requests behind them unread, unsignalled.
 type freezableConn struct {
 	net.PacketConn
 	running sync.RWMutex
@@ -27,11 +28,12 @@ func (c *freezableConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	// TryRLock fails as soon as the host starts stopping, so a request read in that
 	// moment is held and signalled, never held in silence.
 	if !c.running.TryRLock() {
-		if err == nil && !probe.IsVerdict(b[:n]) && !probe.IsDuty(b[:n]) {
-			select {
-			case c.requests <- struct{}{}:
-			default:
-			}
+		if err != nil || probe.IsVerdict(b[:n]) || probe.IsDuty(b[:n]) {
+			return n, from, err
+		}
+		select {
+		case c.requests <- struct{}{}:
+		default:
 		}
 		c.running.RLock()
 	}
@@ -65,12 +67,19 @@ func TestStallIsNoMiss(t *testing.T) {
 	stallsBefore, _ := testutil.GetCounterMetricValue(proberStalls)
 	drain(changes)
 
-	// The agent stops first, with the probe of its next turn still to come; the prober
-	// stops as soon as that probe is out, well before its deadline.
+	// The agent stops first, just after an answer, so that the probe of its next turn is
+	// a whole interval away: none can be read before the stop and answered late by a
+	// responder a busy machine holds back. The prober stops as soon as that probe is out,
+	// well before its deadline.
+	answered := p.Agents()["node-a"].LastAnswer
+	eventually(t, 2*interval, "an answer to start the stall after", func() bool {
+		return p.Agents()["node-a"].LastAnswer.After(answered)
+	})
 	conn.running.Lock()
 	select {
 	case <-conn.requests:
 	case <-time.After(2 * interval):
+		conn.running.Unlock()
 		t.Fatal("no probe arrived while the agent was stopped")
 	}
 	p.sched.mu.Lock()
