@@ -271,8 +271,9 @@ func (s *Standby) Run(ctx context.Context) {
 		} else {
 			ccmSilent.Set(0)
 			klog.InfoS("A ccm is heard again; no more checks of peers")
-			stopPeers()
+			// Targets first: once the peers' run is over, none is left to check.
 			s.peers.SetTargets(map[string]bool{})
+			stopPeers()
 		}
 	}
 }
