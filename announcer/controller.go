@@ -44,6 +44,9 @@ const Name = "baremetal-announcer"
 const (
 	ReasonAnnouncerChanged = "AnnouncerChanged"
 	ReasonNoAnnouncer      = "NoAnnouncer"
+	// ReasonPartlyAnnounced warns that no node can announce some of a group's addresses
+	// (a family, or a pool's), so its announcer announces the others alone.
+	ReasonPartlyAnnounced = "PartlyAnnounced"
 )
 
 // byAddress indexes Services by the addresses in their status.

@@ -21,6 +21,8 @@ type decision struct {
 	since time.Time
 	// services are the group's members, "namespace/name".
 	services []string
+	// unannounced is owner.Unannounced: what node leaves without an announcer, or "".
+	unannounced string
 }
 
 // ownership is a group's announcer ("" for none) and how many Services it holds.
@@ -30,9 +32,9 @@ type ownership struct {
 }
 
 // remember records the group's decision with the sentence that explains it, and reports
-// whether a NoAnnouncer warning is due: on the first decision of the group, and whenever
-// the reason changes.
-func (c *Controller) remember(key string, members []member, g owner.Group, nodes []owner.Node, d owner.Decision) bool {
+// whether a NoAnnouncer or PartlyAnnounced warning is due: on the first decision of the
+// group, and whenever the reason or what the announcer leaves unannounced changes.
+func (c *Controller) remember(key string, members []member, g owner.Group, nodes []owner.Node, d owner.Decision, unannounced string) bool {
 	services := make([]string, len(members))
 	for i, m := range members {
 		services[i] = m.req.Service
@@ -40,7 +42,8 @@ func (c *Controller) remember(key string, members []member, g owner.Group, nodes
 	c.mu.Lock()
 	last, seen := c.decided[key]
 	c.mu.Unlock()
-	same := seen && last.node == d.Node && last.reason == d.Reason
+	kept := seen && last.node == d.Node && last.reason == d.Reason
+	same := kept && last.unannounced == unannounced
 	// A kept announcer keeps the sentence of the change that brought it there, as its
 	// event said it. With no announcer the sentence lists what keeps each node out, which
 	// changes under the same reason, so it is written anew.
@@ -51,8 +54,8 @@ func (c *Controller) remember(key string, members []member, g owner.Group, nodes
 		c.mu.Unlock()
 		return false
 	}
-	now := decision{node: d.Node, reason: d.Reason, since: last.since, services: services}
-	if !same {
+	now := decision{node: d.Node, reason: d.Reason, since: last.since, services: services, unannounced: unannounced}
+	if !kept {
 		now.since = time.Now()
 	}
 	// The node the group moves from: the last decision, or, on this ccm's first decision,
@@ -68,7 +71,7 @@ func (c *Controller) remember(key string, members []member, g owner.Group, nodes
 	c.mu.Lock()
 	c.decided[key] = now
 	c.mu.Unlock()
-	return !seen || last.reason != d.Reason
+	return !seen || last.reason != d.Reason || last.unannounced != unannounced
 }
 
 // logChange keeps an announcer change, or a NoAnnouncer warning, for the status page.

@@ -23,6 +23,15 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
+// warnPartly tells m's owners that d.Node announces only part of the group's addresses,
+// and why no node announces the rest.
+func (c *Controller) warnPartly(m member, d owner.Decision, g owner.Group, unannounced string) {
+	why := fmt.Sprintf("No node can announce %s; %s announces the rest of the addresses of %s", unannounced, d.Node, g.FirstIP)
+	c.recorder.Event(m.svc, v1.EventTypeWarning, ReasonPartlyAnnounced, why)
+	c.logChange(m.req.Service, ReasonPartlyAnnounced, d.Node, d, why)
+	klog.V(2).InfoS("Addresses without an announcer", "service", klog.KObj(m.svc), "announcer", d.Node, "unannounced", unannounced)
+}
+
 // member is a Service of a group, with its request.
 type member struct {
 	svc *v1.Service
@@ -80,10 +89,14 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		d.Node = r.Nodes[0]
 		p = plan{announcer: d.Node, standbys: strings.Join(r.Nodes[1:], ",")}
 	}
-	warn := c.remember(key, members, g, nodes, d)
+	unannounced := owner.Unannounced(g, nodes, d.Node)
+	warn := c.remember(key, members, g, nodes, d, unannounced)
 	c.account(key, ownership{node: d.Node, services: len(members)})
 	c.hold(key, members, d.Node)
 	for _, m := range members {
+		if warn && unannounced != "" {
+			c.warnPartly(m, d, g, unannounced)
+		}
 		prev := m.req.Announcer
 		if c.written(m.svc, p) {
 			continue // this ccm wrote it already; the cache has not seen the patch yet

@@ -14,13 +14,13 @@ type Decision struct {
 	Since time.Time
 }
 
-// Change is a change of a Service's announcer, or a NoAnnouncer warning, as the event on
-// the Service said.
+// Change is a change of a Service's announcer, or a NoAnnouncer or PartlyAnnounced
+// warning, as the event on the Service said.
 type Change struct {
 	Time    time.Time `json:"time"`
 	Service string    `json:"service"` // namespace/name
-	// Event is the event's reason: AnnouncerChanged, or NoAnnouncer when no node may
-	// announce.
+	// Event is the event's reason: AnnouncerChanged, NoAnnouncer when no node may
+	// announce, or PartlyAnnounced when no node may announce some of the addresses.
 	Event  string `json:"event"`
 	From   string `json:"from"` // "" for none
 	To     string `json:"to"`   // "" for none

@@ -139,11 +139,9 @@ func newSpread(groups []Group, nodes []Node) *spread {
 		e := bySig[sig]
 		if e == nil {
 			e = &eligibility{is: make([]bool, len(nodes))}
-			for i, n := range nodes {
-				if Eligible(*g, n) == "" {
-					e.nodes = append(e.nodes, int32(i))
-					e.is[i] = true
-				}
+			for _, i := range able(*g, nodes) {
+				e.nodes = append(e.nodes, int32(i))
+				e.is[i] = true
 			}
 			bySig[sig] = e
 		}

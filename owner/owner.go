@@ -149,10 +149,8 @@ func Select(g Group, nodes []Node) Decision {
 // among the nodes Rank holds equal so that no node holds far more than its share.
 func Rank(g Group, nodes []Node) ([]string, Reason) {
 	var eligible []string
-	for _, n := range nodes {
-		if Eligible(g, n) == "" {
-			eligible = append(eligible, n.Name)
-		}
+	for _, i := range able(g, nodes) {
+		eligible = append(eligible, nodes[i].Name)
 	}
 	if len(eligible) == 0 {
 		return nil, ReasonNoEligibleNode
@@ -241,9 +239,17 @@ func boolRank(b bool) int {
 	return 1
 }
 
-// Eligible returns "" when n may announce g's address, and otherwise why not, as a phrase
-// for people ("node-a is excluded ...").
+// Eligible returns "" when n may announce every address of g, and otherwise why not, as
+// a phrase for people ("node-a is excluded ...").
 func Eligible(g Group, n Node) string {
+	if why := barred(g, n); why != "" {
+		return why
+	}
+	return unable(g, n)
+}
+
+// barred returns why n may announce none of g's addresses, whatever its links, or "".
+func barred(g Group, n Node) string {
 	switch {
 	case n.Deleting:
 		return n.Name + " is being deleted"
@@ -258,17 +264,13 @@ func Eligible(g Group, n Node) string {
 	case !n.Healthy:
 		return n.Name + " agent not answering"
 	}
-	return unable(g, n)
+	return ""
 }
 
 // unable returns why n cannot announce a pool and family of g's addresses, or "".
 func unable(g Group, n Node) string {
-	for _, p := range g.Pools {
-		for _, u := range n.Unable {
-			if u.Pool == p.Pool && (u.IPv6 && p.IPv6 || !u.IPv6 && p.IPv4) {
-				return u.Why
-			}
-		}
+	if u := Unserved(g, n); len(u) > 0 {
+		return u[0].Why
 	}
 	return ""
 }
