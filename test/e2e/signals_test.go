@@ -250,6 +250,50 @@ func TestIPv6AddressLost(t *testing.T) {
 	}
 }
 
+// TestIPv6LostEverywhere removes the IPv6 address of every node's interface: no node can
+// announce the dual-stack Service's IPv6 address, and its IPv4 address keeps answering at
+// the node that announced it, with a PartlyAnnounced warning naming the family.
+func TestIPv6LostEverywhere(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startCCM(t)
+	a := c.Net.Nodes[0]
+	svc, addrs := c.createLBService(t, "lost-everywhere", annotation.PreferredNodes, a.Label)
+	addr4 := addrs[slices.IndexFunc(addrs, netip.Addr.Is4)]
+	c.waitSettled(t)
+	c.waitSteady(t, addr4, a.Label)
+	l4 := c.startClient(addr4)
+	defer l4.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The announcer's last, once the ccm knows the others lost theirs (they are no longer
+	// its standbys): while another node still had one, the group would go to it.
+	for i, h := range slices.Backward(c.Net.Nodes) {
+		prefix := netip.PrefixFrom(h.IPv6, c.Net.Subnet6.Bits())
+		if out, err := h.Run(ctx, "ip", "-6", "addr", "del", prefix.String(), "dev", h.Interface); err != nil {
+			t.Fatalf("remove %s from %s: %v: %s", prefix, h.Label, err, out)
+		}
+		if i == 1 {
+			err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+				return slices.Equal(c.plan(t, svc), []string{a.Label}), nil
+			})
+			if err != nil {
+				t.Fatalf("plan %v once only %s has an IPv6 address, want %s alone", c.plan(t, svc), a.Label, a.Label)
+			}
+		}
+	}
+	c.waitEvent(t, svc, "PartlyAnnounced", "No node can announce the IPv6 addresses of pool e2e")
+	if got := c.announcer(t, svc); got != a.Label {
+		t.Errorf("announcer %q once no node has an IPv6 address, want %s kept for IPv4", got, a.Label)
+	}
+	// The address was answered throughout; it still is, a while after the warning.
+	c.waitSteady(t, addr4, a.Label)
+	reqs := l4.Stop()
+	if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK() || r.Node != a.Label }); bad >= 0 {
+		t.Errorf("IPv4 request at %v failed or reached %q, want %s throughout", reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, a.Label)
+	}
+}
+
 // lbConfig has, besides cloudConfig's pools, pool lb announced only on the nodes' second
 // interface lb0, which addLB0 makes.
 const lbConfig = cloudConfig + `- name: lb
