@@ -74,6 +74,13 @@ type Failover struct {
 	// FailureThreshold is how many probes in a row must go unanswered before an agent is
 	// taken for dead: 3 unless set.
 	FailureThreshold int
+	// BusyTimeout is how long an agent that misses its probes while it shows signs of
+	// life (its node's kernel answers ICMP echo, or the agent answers probes late) is
+	// still taken for alive: a node whose cores are all busy, or whose agent's CPU quota
+	// is spent, is not failed over. A dead node answers no echo and is taken for down
+	// after FailureThreshold misses as before; an agent that is gone from a live node,
+	// by the ICMP port unreachable its node sends. 2s unless set.
+	BusyTimeout time.Duration
 	// AgentPort is the UDP port of the agent's health responder: 7474 unless set.
 	AgentPort int
 	// IsolationShare is the share of the probed agents (more than it, and at least 2) that
@@ -94,6 +101,7 @@ type Failover struct {
 var defaultFailover = Failover{
 	ProbeInterval:    100 * time.Millisecond,
 	FailureThreshold: 3,
+	BusyTimeout:      DefaultBusyTimeout,
 	AgentPort:        7474,
 	IsolationShare:   DefaultIsolationShare,
 	Rebalance:        true,
@@ -114,6 +122,11 @@ type Announcements struct {
 const DefaultRefreshInterval = 60 * time.Second
 
 var defaultAnnouncements = Announcements{RefreshInterval: DefaultRefreshInterval}
+
+// DefaultBusyTimeout is the BusyTimeout of a file that sets none: long enough for an agent
+// with a few percent of a core to answer, short enough that a hung agent on a live node
+// moves its addresses within seconds, as keepalived's defaults would.
+const DefaultBusyTimeout = 2 * time.Second
 
 // DefaultIsolationShare is the IsolationShare of a file that sets none.
 const DefaultIsolationShare = 0.5

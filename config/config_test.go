@@ -44,6 +44,7 @@ const full = `pools:
 failover:
   probeInterval: 250ms
   failureThreshold: 5
+  busyTimeout: 3s
   agentPort: 9000
   isolationShare: 0.75
   rebalance: false
@@ -71,7 +72,7 @@ func TestParseFull(t *testing.T) {
 	if got := summarize(cfg.Pools); !reflect.DeepEqual(got, want) {
 		t.Errorf("pools:\n got %+v\nwant %+v", got, want)
 	}
-	wantFailover := Failover{ProbeInterval: 250 * time.Millisecond, FailureThreshold: 5, AgentPort: 9000, IsolationShare: 0.75, Rebalance: false}
+	wantFailover := Failover{ProbeInterval: 250 * time.Millisecond, FailureThreshold: 5, BusyTimeout: 3 * time.Second, AgentPort: 9000, IsolationShare: 0.75, Rebalance: false}
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
@@ -93,7 +94,7 @@ func TestParseDefaults(t *testing.T) {
 	if !p.ServiceSelector.Empty() || !p.NodeSelector.Empty() {
 		t.Errorf("unset selectors must select everything, got %q and %q", p.ServiceSelector, p.NodeSelector)
 	}
-	wantFailover := Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: 7474, IsolationShare: 0.5, Rebalance: true}
+	wantFailover := Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, BusyTimeout: 2 * time.Second, AgentPort: 7474, IsolationShare: 0.5, Rebalance: true}
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
@@ -274,7 +275,7 @@ failover:
 				`cloud.yaml:6: pools[0]: unknown field "autoassign"; did you mean "autoAssign"?`,
 				`cloud.yaml:8: pools[0].serviceSelector: unknown field "matchLabel"; the fields here are matchLabels, matchExpressions`,
 				`cloud.yaml:10: pools[0].serviceSelector.matchExpressions[0]: unknown field "value"; the fields here are key, operator, values`,
-				`cloud.yaml:12: failover: unknown field "interval"; the fields here are probeInterval, failureThreshold, agentPort, isolationShare, failback, rebalance`,
+				`cloud.yaml:12: failover: unknown field "interval"; the fields here are probeInterval, failureThreshold, busyTimeout, agentPort, isolationShare, failback, rebalance`,
 			},
 		},
 		{

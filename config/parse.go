@@ -25,7 +25,7 @@ var (
 	poolFields          = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "nodeSelector", "interfaces"}
 	selectorFields      = []string{"matchLabels", "matchExpressions"}
 	requirementFields   = []string{"key", "operator", "values"}
-	failoverFields      = []string{"probeInterval", "failureThreshold", "agentPort", "isolationShare", "failback", "rebalance"}
+	failoverFields      = []string{"probeInterval", "failureThreshold", "busyTimeout", "agentPort", "isolationShare", "failback", "rebalance"}
 	announcementsFields = []string{"refreshInterval"}
 )
 
@@ -337,6 +337,10 @@ func (c *checker) failover(n *yaml.Node, path string) Failover {
 		case "failureThreshold":
 			if i, ok := c.integer(v, path, 1, 100); ok {
 				f.FailureThreshold = i
+			}
+		case "busyTimeout":
+			if d, ok := c.duration(v, path, 100*time.Millisecond, 5*time.Minute); ok {
+				f.BusyTimeout = d
 			}
 		case "agentPort":
 			if i, ok := c.integer(v, path, 1, 65535); ok {

@@ -18,6 +18,9 @@ const batchLen = 32
 // writer sends datagrams from one socket with sendmmsg(2). It is owned by one goroutine.
 type writer struct {
 	raw syscall.RawConn
+	// asyncErr, if set, is called when a send failed with what may be an ICMP error an
+	// earlier datagram drew: the socket's error queue holds it.
+	asyncErr func()
 	// v6 says the socket is AF_INET6 (dual-stack): IPv4 destinations are then written as
 	// IPv4-mapped IPv6 addresses.
 	v6    bool
@@ -84,15 +87,26 @@ func putPort(field *uint16, port uint16) {
 // flush sends the queued datagrams, and calls failed with the index, in the order of
 // add, of each one the kernel refused. The batch is empty afterwards.
 func (w *writer) flush(failed func(i int, err error)) {
+	retried := -1
 	for done := 0; done < w.n; {
 		sent, err := w.send(done)
 		done += sent
-		if err != nil {
-			// sendmmsg reports the error of a datagram only when it is the first of the
-			// call: the datagram at done failed; go on after it.
-			failed(done, err)
-			done++
+		if err == nil {
+			continue
 		}
+		if asyncError(err) && retried != done {
+			// Likely the ICMP error an earlier datagram drew (IP_RECVERR), reported on
+			// this call: send it again, once.
+			retried = done
+			if w.asyncErr != nil {
+				w.asyncErr()
+			}
+			continue
+		}
+		// sendmmsg reports the error of a datagram only when it is the first of the
+		// call: the datagram at done failed; go on after it.
+		failed(done, err)
+		done++
 	}
 	w.n = 0
 }

@@ -1,6 +1,10 @@
 package prober
 
-import "time"
+import (
+	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+)
 
 // answered reports whether the agent answered.
 func (o outcome) answered() bool {
@@ -16,6 +20,9 @@ const (
 	answeredStarting // the agent runs but cannot announce yet
 	missed           // no answer in time
 	refused          // ICMP port unreachable: the node is there, its agent is not
+	// busy: no answer in time, but a sign of life came while the probe was out: the
+	// node's kernel answered an echo, or the agent answered an earlier probe, late.
+	busy
 )
 
 // recoveryThreshold is how many answers in a row bring a down agent back up, so that a
@@ -26,16 +33,39 @@ const recoveryThreshold = 3
 // or is taken for dead: detection is most of a failover, so suspicion is settled fast.
 const rapidInterval = 15 * time.Millisecond
 
+// liveness is the rule agentHealth judges by: the misses in a row that make an agent
+// down, and how long an agent that misses its probes while showing signs of life (busy
+// outcomes) is still taken for alive.
+type liveness struct {
+	threshold   int
+	busyTimeout time.Duration
+}
+
+// livenessOf returns the rule of cfg.
+func livenessOf(cfg config.Failover) liveness {
+	return liveness{threshold: cfg.FailureThreshold, busyTimeout: cfg.BusyTimeout}
+}
+
 // agentHealth follows one agent through its probes' outcomes. It is the pure part of the
 // prober.
 type agentHealth struct {
 	state            State
 	misses, answered int // in a row
+	// busy says the last miss was a busy one; lastAlive is when the agent last answered,
+	// in time or late: a busy agent is down busyTimeout after it.
+	busy      bool
+	lastAlive time.Time
 }
 
-// observe records an outcome and reports whether the state changed.
-func (h *agentHealth) observe(o outcome, failureThreshold int) bool {
+// observe records an outcome at now and reports whether the state changed.
+func (h *agentHealth) observe(o outcome, now time.Time, l liveness) bool {
 	old := h.state
+	if o == busy && l.busyTimeout == 0 {
+		o = missed // no time given to busy agents
+	}
+	if o.answered() {
+		h.busy, h.lastAlive = false, now
+	}
 	switch o {
 	case answeredReady:
 		h.misses = 0
@@ -51,20 +81,35 @@ func (h *agentHealth) observe(o outcome, failureThreshold int) bool {
 	case answeredStarting:
 		h.misses, h.answered = 0, 0
 		h.state = Starting
+	case busy:
+		h.answered = 0
+		h.misses++
+		h.busy = true
+		// An agent never heard from has no life to vouch for; one heard from is given
+		// busyTimeout from its last answer, however its node answers meanwhile.
+		if h.misses >= l.threshold && (h.lastAlive.IsZero() || now.Sub(h.lastAlive) >= l.busyTimeout) {
+			h.state = Down
+		}
 	case missed, refused:
 		h.answered = 0
 		h.misses++
-		if h.misses >= failureThreshold {
+		h.busy = false
+		if h.misses >= l.threshold {
 			h.state = Down
 		}
 	}
 	return h.state != old
 }
 
-// suspect reports whether the agent has missed probes but is not yet taken for dead.
-func (h *agentHealth) suspect() bool { return h.misses > 0 && h.state != Down }
+// alive records an answer of the agent that came too late to count for its probe: it
+// lives, and is busy.
+func (h *agentHealth) alive(now time.Time) { h.lastAlive = now }
+
+// suspect reports whether the agent has missed probes but is not yet taken for dead, nor
+// for busy: rapid probes settle a suspicion, and would only add to a busy agent's load.
+func (h *agentHealth) suspect() bool { return h.misses > 0 && h.state != Down && !h.busy }
 
 // String names an outcome for logs.
 func (o outcome) String() string {
-	return [...]string{"answered", "draining", "starting", "missed", "refused"}[o]
+	return [...]string{"answered", "draining", "starting", "missed", "refused", "busy"}[o]
 }

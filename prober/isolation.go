@@ -68,7 +68,9 @@ func (s *sched) endLocked(a *agentProbe, o outcome, now time.Time, rtt time.Dura
 		// never down for anyone, and needs no answers in a row to come back.
 		a.health = agentHealth{state: a.published}
 	}
-	a.health.observe(o, s.cfg.FailureThreshold)
+	wasBusy := a.busyEpisode()
+	a.health.observe(o, now, s.live)
+	s.busyChangedLocked(a, wasBusy, now)
 	if !answered && a.health.misses == max(s.cfg.FailureThreshold-1, 1) {
 		// The others must have been probed since this miss, not only since the first:
 		// an agent missing since just before this ccm was cut off would otherwise be
@@ -78,7 +80,8 @@ func (s *sched) endLocked(a *agentProbe, o outcome, now time.Time, rtt time.Dura
 	switch {
 	case a.health.state != Down && a.health.state != a.published:
 		s.publishLocked(a, a.health.state, o, rtt)
-	case a.health.state == Down && a.published != Down && s.share == 0:
+	case a.health.state == Down && a.published != Down && (s.share == 0 || a.health.busy):
+		// A busy agent's node answered this ccm, which is then not cut off: no census.
 		s.publishLocked(a, Down, o, rtt)
 	}
 	s.classifyLocked(a)
@@ -105,9 +108,10 @@ func (s *sched) publishLocked(a *agentProbe, st State, o outcome, rtt time.Durat
 	s.effects = append(s.effects, effect{a: a, state: st, o: o, rtt: rtt, seq: a.seq})
 }
 
-// classifyLocked files a under lost and gated.
+// classifyLocked files a under lost and gated. A busy agent is not lost: its node
+// answered this ccm, which is then not cut off from it.
 func (s *sched) classifyLocked(a *agentProbe) {
-	lost := !a.removed && a.published != Down && a.health.misses > 0
+	lost := !a.removed && a.published != Down && a.health.misses > 0 && !a.health.busy
 	setIf(s.iso.lost, a, lost)
 	setIf(s.iso.gated, a, lost && a.health.state == Down)
 }
@@ -207,7 +211,7 @@ func (s *sched) judgeIsolatedLocked(now time.Time) {
 	// the thresholds, as usual.
 	for a := range s.iso.lost {
 		a.health = agentHealth{state: a.published}
-		a.health.observe(missed, s.cfg.FailureThreshold)
+		a.health.observe(missed, now, s.live)
 		a.censusRef = a.endedSent
 		s.classifyLocked(a)
 		if !a.out && !a.claimed {

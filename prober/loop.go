@@ -54,12 +54,19 @@ type sched struct {
 	// share is the share of the agents that must be lost at once for the prober to take
 	// it for its own isolation; 0 when it never does (an agent's prober).
 	share float64
+	live  liveness
 	wake  chan struct{}
+	// echo asks the nodes of agents that miss probes whether their kernels answer; nil
+	// when no ICMP socket could be opened.
+	echo *echoer
 
 	mu      sync.Mutex
 	heap    dueHeap
 	agents  map[*agentProbe]bool
 	pending map[uint64]*agentProbe // probes out, by nonce
+	// late are the agents of the last few missed probes of each, by nonce: an answer to
+	// one of them, late, says the agent lives.
+	late map[uint64]*agentProbe
 	// nonces are fresh random nonces, from a generator no one can predict: a reply can
 	// then only be made, or replayed, by whoever holds the key and saw the request.
 	nonces   *rand.ChaCha8
@@ -73,7 +80,7 @@ func newSched(p *Prober) (*sched, error) {
 	s := &sched{
 		p: p, cfg: p.cfg, epoch: time.Now(), wake: make(chan struct{}, 1),
 		timeout: p.cfg.ProbeInterval / 4, rapid: min(rapidInterval, p.cfg.ProbeInterval),
-		agents: map[*agentProbe]bool{}, pending: map[uint64]*agentProbe{},
+		live: livenessOf(p.cfg), agents: map[*agentProbe]bool{}, pending: map[uint64]*agentProbe{}, late: map[uint64]*agentProbe{},
 		iso: isolation{lost: map[*agentProbe]bool{}, gated: map[*agentProbe]bool{}},
 	}
 	if p.sender == probe.FromCCM {
@@ -96,19 +103,31 @@ func newSched(p *Prober) (*sched, error) {
 		// them: the kernel caps it at net.core.rmem_max.
 		_ = conn.SetReadBuffer(readBuffer)
 		s.conns = append(s.conns, conn)
+		if err := recvErrors(conn); err != nil {
+			klog.ErrorS(err, "Cannot hear of ICMP port unreachable on the probe socket: an agent gone from a live node is taken for down only after failover.busyTimeout")
+		}
 		w, err := newWriter(conn)
 		if err != nil {
 			s.close()
 			return nil, err
 		}
+		w.asyncErr = func() { s.drain(conn) }
 		s.writers = append(s.writers, w)
 	}
+	echo, err := openEchoer()
+	if err != nil {
+		klog.ErrorS(err, "Cannot send ICMP echo requests; an agent that misses its probes is taken for down as a dead node is, even when its node is only busy. Allow this process ICMP sockets (net.ipv4.ping_group_range) or give it CAP_NET_RAW")
+	}
+	s.echo = echo
 	return s, nil
 }
 
 func (s *sched) close() {
 	for _, c := range s.conns {
 		c.Close()
+	}
+	if s.echo != nil {
+		s.echo.close()
 	}
 }
 
@@ -139,8 +158,11 @@ func (s *sched) remove(a *agentProbe) {
 	if a.out {
 		delete(s.pending, a.nonce)
 	}
+	wasBusy := a.busyEpisode()
 	delete(s.agents, a)
 	s.forgetLocked(a)
+	s.forgetLateLocked(a)
+	s.busyChangedLocked(a, wasBusy, time.Now())
 	s.judgeLocked(time.Now())
 	if len(s.effects) > 0 {
 		select {
@@ -155,6 +177,13 @@ func (s *sched) run(ctx context.Context) {
 	defer s.close()
 	for _, c := range s.conns {
 		go s.read(c)
+	}
+	if s.echo != nil {
+		for i, c := range s.echo.conns {
+			if c != nil {
+				go s.echo.read(i, s.echoed)
+			}
+		}
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -185,10 +214,15 @@ func (s *sched) run(ctx context.Context) {
 				}
 				delete(s.pending, a.nonce)
 				a.out = false
-				s.endLocked(a, missed, now, 0, false)
+				s.lateLocked(a)
+				o := missed
+				if a.aliveSign {
+					o = busy
+				}
+				s.endLocked(a, o, now, 0, false)
 				continue
 			}
-			a.out, a.nonce, a.sent, a.extended = true, s.nonces.Uint64(), now, false
+			a.out, a.nonce, a.sent, a.extended, a.aliveSign = true, s.nonces.Uint64(), now, false, false
 			s.pending[a.nonce] = a
 			wait := s.timeout
 			if a.health.suspect() && !s.iso.isolated {
@@ -196,7 +230,9 @@ func (s *sched) run(ctx context.Context) {
 			}
 			a.deadline = now.Add(wait)
 			s.setDueLocked(a, a.deadline)
-			jobs = append(jobs, job{a, a.nonce})
+			// An agent that missed a probe has its node asked too, with this probe's
+			// nonce.
+			jobs = append(jobs, job{a, a.nonce, a.health.misses > 0 && s.echo != nil})
 		}
 		sleep := time.Hour
 		if len(s.heap) > 0 {
@@ -239,10 +275,11 @@ func (s *sched) resumeLocked(wakeAt, now time.Time) {
 	klog.V(2).InfoS("Prober ran late; the probes out wait again", "late", now.Sub(wakeAt), "probesOut", len(s.pending), "extended", extended)
 }
 
-// job is a probe to send.
+// job is a probe to send, and whether an echo request goes with it.
 type job struct {
 	a     *agentProbe
 	nonce uint64
+	echo  bool
 }
 
 // send sends the probes of jobs, a batch per socket.
@@ -254,6 +291,11 @@ func (s *sched) send(jobs []job, batches [][]job) {
 		batches[sock] = b[:0]
 	}
 	for _, j := range jobs {
+		if j.echo {
+			if err := s.echo.send(j.a.addr.Addr(), j.nonce); err == nil {
+				echoesSent.Inc()
+			}
+		}
 		r := s.p.request(j.a, j.nonce)
 		w := s.writers[j.a.sock]
 		if !w.fits(j.a.addr) {
@@ -325,6 +367,9 @@ func (s *sched) read(conn *net.UDPConn) {
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
+		if asyncError(err) {
+			s.drain(conn)
+		}
 		for i := range n {
 			s.take(conn, r.datagram(i))
 		}
@@ -389,8 +434,15 @@ func (s *sched) answer(r probe.Reply) (*agentProbe, bool) {
 	s.mu.Lock()
 	a := s.pending[r.Nonce]
 	if a == nil {
+		// Late, its probe taken for a miss (the agent lives, busy), or a stray.
+		if a := s.late[r.Nonce]; a != nil && a.node == r.Node {
+			delete(s.late, r.Nonce)
+			a.health.alive(now)
+			a.aliveSign = a.out
+			lateAnswers.Inc()
+		}
 		s.mu.Unlock()
-		return nil, false // late: its probe was taken for a miss, or a stray
+		return nil, false
 	}
 	// Claimed: what the reply says of the agent is taken before its outcome, as the
 	// verdict may depend on it (the nodes it stands in for), and outside the lock.

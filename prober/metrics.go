@@ -100,10 +100,45 @@ var (
 	})
 )
 
+// The signs of life that tell a busy agent from a dead node (signs.go).
+var (
+	echoesSent = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_echoes_total",
+		Help:           "ICMP echo requests sent with the probes of agents that missed one, to tell a busy agent (its node answers) from a dead node.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	echoReplies = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_echo_replies_total",
+		Help:           "ICMP echo replies that came while their probe was out: the agent's node lives.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	lateAnswers = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_probe_late_answers_total",
+		Help:           "Answers to probes already taken for missed: the agent lives, but is slow (short of CPU).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	unreachables = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "agent_probe_port_unreachable_total",
+		Help:           "Probes the agent's node answered with ICMP port unreachable: no agent listens there.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	busyAgents = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      subsystem,
+		Name:           "busy_agents",
+		Help:           "Agents that miss their probes while showing signs of life, taken for alive for up to failover.busyTimeout after their last answer.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
 var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeSendErrors, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, refusals, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls)
+		legacyregistry.MustRegister(probesSent, probeSendErrors, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, refusals, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls,
+			echoesSent, echoReplies, lateAnswers, unreachables, busyAgents)
 	})
 }

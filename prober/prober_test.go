@@ -41,11 +41,26 @@ func TestAgentHealth(t *testing.T) {
 			{answeredReady, Down}, {answeredReady, Down}, {answeredReady, Up},
 		}},
 		{"draining at once, whatever came before", []step{{answeredReady, Up}, {answeredDraining, Draining}, {missed, Draining}, {missed, Draining}, {missed, Down}}},
+		// Steps are 100 ms apart, and the busy timeout is 1 s.
+		{"busy: up until the busy timeout from the last answer", []step{
+			{answeredReady, Up}, {missed, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up},
+			{busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Down},
+		}},
+		{"busy, then an answer: up again, the timeout counted anew", []step{
+			{answeredReady, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up},
+			{answeredReady, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Down},
+		}},
+		{"busy, then no sign of life: down at once past the threshold", []step{{answeredReady, Up}, {missed, Up}, {busy, Up}, {busy, Up}, {missed, Down}}},
+		{"busy, then refused: down at once past the threshold", []step{{answeredReady, Up}, {busy, Up}, {busy, Up}, {refused, Down}}},
+		{"never answered: busy counts as a miss", []step{{missed, Unknown}, {busy, Unknown}, {busy, Down}}},
+		{"down stays down when busy", []step{{answeredReady, Up}, {missed, Up}, {missed, Up}, {missed, Down}, {busy, Down}, {busy, Down}}},
 	} {
 		var h agentHealth
+		now := time.Unix(1000, 0)
 		for i, s := range tc.steps {
 			prev := h.state
-			if changed := h.observe(s.o, 3); changed != (prev != s.want) {
+			now = now.Add(100 * time.Millisecond)
+			if changed := h.observe(s.o, now, liveness{threshold: 3, busyTimeout: time.Second}); changed != (prev != s.want) {
 				t.Errorf("%s: step %d (%v) reported changed=%v going from %v to %v", tc.name, i, s.o, changed, prev, s.want)
 			}
 			if h.state != s.want {

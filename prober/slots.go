@@ -44,6 +44,7 @@ type slot struct {
 	census bool
 	// removed says the agent is probed no more.
 	removed bool
+	signs
 }
 
 // backoff returns the wait before the next attempt to probe an agent after errs attempts
