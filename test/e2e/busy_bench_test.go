@@ -30,7 +30,7 @@ type busyRow struct {
 	detections []time.Duration // of the deaths that the ccm logged, sorted
 	outages    []time.Duration // sorted
 	trials     int
-	restarts   int // deaths put off because the address moved first
+	restarts   int // deaths put off because the node was taken for down first
 }
 
 // BenchmarkBusyNode runs each of busyCases for busyBenchWindow of pressure, counting what
@@ -115,7 +115,7 @@ func printBusyTable(w *os.File, rows []busyRow, window time.Duration) {
 	}
 	tw.Flush()
 	for _, r := range rows {
-		fmt.Fprintf(w, "  %s: %v; during the %d deaths, %d of them detected, %d live agents taken for down, %d deaths put off as the address moved first\n",
+		fmt.Fprintf(w, "  %s: %v; during the %d deaths, %d of them detected, %d live agents taken for down, %d deaths put off as the node was taken for down first\n",
 			r.name, r.pressure, r.trials, len(r.detections), r.trialDowns, r.restarts)
 	}
 }

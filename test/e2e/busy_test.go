@@ -89,16 +89,22 @@ func (a *busyAgent) squeeze(t testing.TB, c *cluster, node string) {
 
 // killAnnouncer kills the node that announces svc now, its agent squeezed, as
 // killOwner does: the busy one, unless a false failover moved the Service away. When the
-// address moves before the death, it tries again, up to 10 times, and returns how many
-// times it did.
+// ccm took the node for down before it died, the death measures nothing (the address
+// may have moved already), so it tries again, up to 10 times, and returns how many times
+// it did.
 func (a *busyAgent) killAnnouncer(t testing.TB, c *cluster, ccm *process.Process, svc *corev1.Service, addr netip.Addr) (trial, int) {
 	t.Helper()
 	for restarts := 0; ; restarts++ {
 		c.waitSettled(t) // a node that died before is probed up again
 		a.squeeze(t, c, c.announcer(t, svc))
+		before := time.Now()
 		tr, err := c.tryKillOwner(t, ccm, svc, addr)
 		if err == nil {
-			return tr, restarts
+			down := logTime(ccm.Logs(), before, `"Agent state changed"`, `node="`+tr.from+`"`, `state="down"`)
+			if down.IsZero() || !down.Before(tr.injected) {
+				return tr, restarts
+			}
+			err = fmt.Errorf("%w: the ccm took %s for down at %s, before it died at %s", errUnsteady, tr.from, down.Format("15:04:05.000"), tr.injected.Format("15:04:05.000"))
 		}
 		if !errors.Is(err, errUnsteady) || restarts == 10 {
 			t.Fatal(err)
@@ -248,7 +254,7 @@ func TestBusyNode(t *testing.T) {
 			// The real death, still under pressure.
 			tr, restarts := agent.killAnnouncer(t, c, ccm, svc, addrs[0])
 			detected := since(tr.detected, tr.injected)
-			t.Logf("under pressure, %s died: detected after %v, %s took over, outage %v (%d stray losses after it; %d tries restarted as the address moved first)",
+			t.Logf("under pressure, %s died: detected after %v, %s took over, outage %v (%d stray losses after it; %d deaths put off as the node was taken for down first)",
 				tr.from, detected, tr.to, tr.outage, tr.stray, restarts)
 			if tr.detected.IsZero() || detected > time.Second {
 				t.Errorf("the ccm took the dead %s for down after %v, want within a second (-1: never)", tr.from, detected)
