@@ -29,7 +29,7 @@ const agentCPURequest = 20
 
 // agentCPULimit is the quota case's CPU limit, in millicores. The DaemonSet sets none,
 // but a namespace's LimitRange or a chart's values can give every container one, and
-// 100m is the usual small default. Its quota, 10 ms per 100 ms period, is more than the
+// 100m is a common small one. Its quota, 10 ms per 100 ms period, is more than the
 // agent uses on average by far, but a burst (a garbage collection, a batch of watch
 // events, a verdict to apply) can use it up early in a period: the agent then waits up
 // to 90 ms, nearly a probe interval, for the next, against a probe timeout of 25 ms.
