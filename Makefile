@@ -137,7 +137,7 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: bench-owner bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-failover ## Every benchmark; figures are in the README
+bench: bench-owner bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-failover bench-busy ## Every benchmark; figures are in the README
 
 .PHONY: bench-owner
 bench-owner: ## The announcer rule: spread over equal nodes (max/mean, min/mean), moves when a node leaves or joins against the fewest possible, and deciding 5,000 groups over 1,000 nodes after a node leaves
@@ -168,6 +168,13 @@ bench-agent: tools build ## Real control plane, ~2 min: the agent's peak RSS wit
 .PHONY: bench-failover
 bench-failover: tools build ## Root, ~27 min, through kube-proxy and pods: 20 failures in each case (node death v4/v6, with the ccm leader, with the API server stopped; 5 of a node announcing 5,000 Services); one table of min/p50/p99/max
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkFailover -benchtime=1x -timeout=90m ./test/e2e
+
+# How long make bench-busy may run: enough for its default 10 minutes of pressure a case.
+BUSY_TIMEOUT ?= 90m
+
+.PHONY: bench-busy
+bench-busy: tools build ## Root, ~25 min, cgroups: the announcer's agent at its CPU request (20m; then with a 100m limit too) beside busy loops on every core, 10 min of pressure (BAREMETAL_BUSY_MINUTES=N for N) then 20 node deaths under it; false failovers, live agents down, failed requests, detection and outage p50/p99
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkBusyNode -benchtime=1x -timeout=$(BUSY_TIMEOUT) ./test/e2e
 
 .PHONY: fuzz
 fuzz: ## Fuzz the cloud-config, annotation, probe, ARP and NDP parsers, a minute each (make test runs their seeds)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -121,16 +122,23 @@ const requestTimeout = 100 * time.Millisecond
 // waitSteady waits until the client's requests to addr all succeed at node for 300 ms.
 func (c *cluster) waitSteady(t testing.TB, addr netip.Addr, node string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	if err := c.steady(addr, node, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// steady is waitSteady, giving up after within with an error.
+func (c *cluster) steady(addr netip.Addr, node string, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		l := c.startClient(addr)
 		time.Sleep(300 * time.Millisecond) // the window that must be all good
 		reqs := l.Stop()
 		if len(reqs) > 0 && !slices.ContainsFunc(reqs, func(r traffic.Request) bool { return !r.OK() || r.Node != node }) {
-			return
+			return nil
 		}
 	}
-	t.Fatalf("requests to %s do not all reach %s", addr, node)
+	return fmt.Errorf("requests to %s do not all reach %s", addr, node)
 }
 
 // waitSettled waits until the ccm's status page shows it settled: it leads and has
@@ -193,8 +201,27 @@ type trial struct {
 // client sees, and brings the link back up.
 func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Service, addr netip.Addr) trial {
 	t.Helper()
+	tr, err := c.tryKillOwner(t, ccm, svc, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// errUnsteady says that a trial failed nothing: addr's traffic did not settle on its
+// announcer first.
+var errUnsteady = errors.New("no steady traffic before the failure")
+
+// tryKillOwner is killOwner, returning an error that wraps errUnsteady, instead of
+// failing the test, when addr's requests do not all reach its announcer within 15 s
+// before the failure: on a busy node a false failover can move the address meanwhile,
+// and the caller may try again.
+func (c *cluster) tryKillOwner(t testing.TB, ccm *process.Process, svc *corev1.Service, addr netip.Addr) (trial, error) {
+	t.Helper()
 	from := c.announcer(t, svc)
-	c.waitSteady(t, addr, from)
+	if err := c.steady(addr, from, 15*time.Second); err != nil {
+		return trial{}, fmt.Errorf("%w: %w", errUnsteady, err)
+	}
 	tr := trial{family: family(addr), from: from}
 	l := c.startClient(addr)
 	// Paces the open-loop client: it runs at its full rate when the failure comes.
@@ -228,7 +255,7 @@ func (c *cluster) killOwner(t testing.TB, ccm *process.Process, svc *corev1.Serv
 	tr.verdict = logTime(ccm.Logs(), tr.injected, `"Verdict changed"`, from)
 	tr.patched = logTime(ccm.Logs(), tr.injected, `"Announcer changed"`, `from="`+from+`"`)
 	tr.announced = logTime(c.Agent(tr.to).Logs(), tr.injected, `"Announcing address"`, `address="`+addr.String()+`"`)
-	return tr
+	return tr, nil
 }
 
 // offCycle waits a random part of a probe interval (the default's, 100 ms) before a
