@@ -8,8 +8,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 )
@@ -27,6 +29,8 @@ type Responder struct {
 	state   atomic.Uint32
 	// lastCCM is when the ccm followed was last heard, in Unix nanoseconds.
 	lastCCM atomic.Int64
+	// conn is the socket Serve reads, for Unread.
+	conn atomic.Pointer[net.PacketConn]
 
 	mu sync.Mutex
 	// challenges are what replies carry and the ccm's requests must echo to count.
@@ -140,6 +144,27 @@ func (r *Responder) Verdict() Verdict {
 	return r.verdict
 }
 
+// Unread reports whether datagrams wait in Serve's socket, unread: this process is
+// behind (short of CPU), and a ccm's requests may be among them. False when it cannot
+// tell.
+func (r *Responder) Unread() bool {
+	c := r.conn.Load()
+	if c == nil {
+		return false
+	}
+	sc, ok := (*c).(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = raw.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
+}
+
 // LastCCM returns when the ccm followed was last heard: its last request that echoed a
 // recent challenge. The zero time before one.
 func (r *Responder) LastCCM() time.Time {
@@ -187,6 +212,7 @@ func (r *Responder) SetCovers(nodes []string) {
 // closed, and then returns nil. Malformed and unauthenticated datagrams are counted and
 // dropped: the sender learns nothing from them, not even that an agent listens.
 func (r *Responder) Serve(conn net.PacketConn) error {
+	r.conn.Store(&conn)
 	in := make([]byte, MaxDatagram)
 	var out []byte
 	for {

@@ -30,6 +30,7 @@ import (
 type Responder interface {
 	Verdict() probe.Verdict
 	LastCCM() time.Time
+	Unread() bool
 	OnVerdict(func())
 	SetCovers([]string)
 	SetStandsDown(bool)
@@ -244,6 +245,7 @@ func (s *Standby) Run(ctx context.Context) {
 	defer tick.Stop()
 	stopPeers := func() {}
 	defer func() { stopPeers() }()
+	prevTick := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -252,8 +254,20 @@ func (s *Standby) Run(ctx context.Context) {
 		}
 		s.confirm()
 		last := s.responder.LastCCM()
-		silent := time.Since(last) > silentAfter
+		now := time.Now()
+		silent := now.Sub(last) > silentAfter
+		// A process short of CPU (its node's cores all busy, its quota spent) hears the
+		// ccm late, not never: the ccm's requests wait in its socket. Silence is not
+		// taken from a tick that came late, nor while datagrams wait unread, or this
+		// agent would check its peers, at a cost it can least afford then, each time it
+		// runs late.
+		stalled := now.Sub(prevTick) > silentAfter/2
+		prevTick = now
 		s.mu.Lock()
+		if silent && !s.silent && (stalled || s.responder.Unread()) {
+			s.mu.Unlock()
+			continue
+		}
 		changed := silent != s.silent
 		s.silent = silent
 		peerSet := maps.Clone(s.peerSet)

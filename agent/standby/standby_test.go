@@ -31,6 +31,8 @@ func (r *fakeResponder) Verdict() probe.Verdict {
 	return r.verdict
 }
 
+func (r *fakeResponder) Unread() bool { return false }
+
 func (r *fakeResponder) LastCCM() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()

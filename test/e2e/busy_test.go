@@ -119,14 +119,17 @@ func (a *busyAgent) killAnnouncer(t testing.TB, c *cluster, ccm *process.Process
 
 // pressure is what went wrong during a window in which a node was busy and none died.
 type pressure struct {
-	node           string // the busy node, the announcer when the window began
-	window         time.Duration
-	changes        int            // the ccm's announcer changes of the Service (its log)
-	events         int            // AnnouncerChanged events recorded on the Service
-	downs          map[string]int // the ccm's agents taken for down, per node
-	requests       int
-	failed         int
-	firstFailure   string
+	node         string // the busy node, the announcer when the window began
+	window       time.Duration
+	changes      int            // the ccm's announcer changes of the Service (its log)
+	events       int            // AnnouncerChanged events recorded on the Service
+	downs        map[string]int // the ccm's agents taken for down, per node
+	requests     int
+	failed       int
+	firstFailure string
+	// failures are the failed requests' start times, in runs of failures less than a
+	// second apart: when, and how long, clients were turned away.
+	failures       []string
 	announcerAfter string
 }
 
@@ -155,7 +158,7 @@ func (p pressure) String() string {
 	s := fmt.Sprintf("%v of pressure on %s: %d announcer changes in the ccm's log, %d AnnouncerChanged events, agents taken for down by the ccm: %s; %d of %d requests failed",
 		p.window, p.node, p.changes, p.events, strings.Join(downs, ", "), p.failed, p.requests)
 	if p.firstFailure != "" {
-		s += " (first: " + p.firstFailure + ")"
+		s += " (first: " + p.firstFailure + "; runs: " + strings.Join(p.failures, ", ") + ")"
 	}
 	if p.announcerAfter != p.node {
 		s += "; announcer after it: " + p.announcerAfter
@@ -176,6 +179,7 @@ func (c *cluster) underPressure(t testing.TB, ccm *process.Process, svc *corev1.
 	start := time.Now()
 	time.Sleep(d) // the window: it is the time under pressure that is measured
 	end := time.Now()
+	var failed []time.Time
 	for i, l := range clients {
 		for _, r := range l.Stop() {
 			if r.Start.Before(start) || !r.Start.Before(end) {
@@ -187,8 +191,18 @@ func (c *cluster) underPressure(t testing.TB, ccm *process.Process, svc *corev1.
 					p.firstFailure = fmt.Sprintf("%s at %s: %v", addrs[i], r.Start.Format("15:04:05.000"), r.Err)
 				}
 				p.failed++
+				failed = append(failed, r.Start)
 			}
 		}
+	}
+	slices.SortFunc(failed, time.Time.Compare)
+	for i := 0; i < len(failed); {
+		j := i + 1
+		for j < len(failed) && failed[j].Sub(failed[j-1]) < time.Second {
+			j++
+		}
+		p.failures = append(p.failures, fmt.Sprintf("%d from %s to %s", j-i, failed[i].Format("15:04:05.000"), failed[j-1].Format("15:04:05.000")))
+		i = j
 	}
 	p.events = c.countEvents(t, svc, "AnnouncerChanged") - events
 	logs := ccm.Logs()
