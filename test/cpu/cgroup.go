@@ -178,6 +178,27 @@ func New(name string) (*Group, error) {
 	return g, nil
 }
 
+// New creates a group whose name ends in name inside g, as New does at the top: its
+// processes share what g gets, in proportion to the requests of g's children.
+func (g *Group) New(name string) (*Group, error) {
+	full := fmt.Sprintf("%s/%d-%s", g.name, groups.Add(1), name)
+	sub := &Group{name: full, h: g.h}
+	if g.h.V2 {
+		if err := write(filepath.Join(g.Path(), "cgroup.subtree_control"), "+cpu"); err != nil {
+			return nil, fmt.Errorf("create cgroup %s: enable the cpu controller for the children of %s: %w", full, g.name, err)
+		}
+	}
+	for _, parent := range g.dirs {
+		dir := filepath.Join(parent, filepath.Base(full))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			sub.Close()
+			return nil, fmt.Errorf("create cgroup %s: %w", full, err)
+		}
+		sub.dirs = append(sub.dirs, dir)
+	}
+	return sub, nil
+}
+
 // Name returns the group's name in the hierarchy.
 func (g *Group) Name() string { return g.name }
 
@@ -315,8 +336,20 @@ func (g *Group) Close() error {
 	return errors.Join(errs...)
 }
 
-// remove empties the cgroup at dir into its parent and removes it.
+// remove empties the cgroup at dir, and the groups in it, into its parent and removes
+// them.
 func remove(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := remove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
 	parent := filepath.Join(filepath.Dir(dir), "cgroup.procs")
 	deadline := time.Now().Add(5 * time.Second)
 	for {

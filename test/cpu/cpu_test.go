@@ -378,3 +378,46 @@ func TestSweep(t *testing.T) {
 		t.Errorf("this process's group after Sweep: %v, want it kept", err)
 	}
 }
+
+// TestCloseRemovesSubgroups: a group with a group inside, and a process in that one, is
+// removed whole by Close, the process moved out, as a crashed run's would be by Sweep.
+func TestCloseRemovesSubgroups(t *testing.T) {
+	Require(t)
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skipf("no sh: %v", err)
+	}
+	p, err := process.Start("sleeper", sh, "-c", "exec sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Kill() })
+	before := cgroupOf(t, p.Pid())
+	parent, err := New("parent")
+	if err != nil {
+		t.Skipf("needs a writable cgroup hierarchy with the cpu controller: %v", err)
+	}
+	t.Cleanup(func() { parent.Close() })
+	child, err := parent.New("child")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.SetRequest(20); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Add(p.Pid()); err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupOf(t, p.Pid()); got != "/"+child.Name() {
+		t.Fatalf("after Add, the process is in %s, want /%s", got, child.Name())
+	}
+	if err := parent.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(parent.Path()); !os.IsNotExist(err) {
+		t.Errorf("after Close, %s is still there (%v)", parent.Path(), err)
+	}
+	if got := cgroupOf(t, p.Pid()); got != before {
+		t.Errorf("after Close, the process is in %s, want %s where it was", got, before)
+	}
+}

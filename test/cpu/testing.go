@@ -24,9 +24,18 @@ func Require(t testing.TB) {
 // whatever is left in it out, when the test and its subtests are done, whether they
 // passed or not.
 func GroupForTest(t testing.TB, name string) *Group {
+	return SubgroupForTest(t, nil, name)
+}
+
+// SubgroupForTest is GroupForTest with the group inside parent; nil for the top.
+func SubgroupForTest(t testing.TB, parent *Group, name string) *Group {
 	t.Helper()
 	Require(t)
-	g, err := New(name)
+	newGroup := New
+	if parent != nil {
+		newGroup = parent.New
+	}
+	g, err := newGroup(name)
 	if err != nil {
 		t.Skipf("needs a writable cgroup hierarchy with the cpu controller: %v", err)
 	}
@@ -56,12 +65,13 @@ func BusyForTest(t testing.TB, g *Group, n int) *Busy {
 }
 
 // PressureForTest keeps n cores busy for the test, as pods that request n whole cores and
-// use them do: n busy loops in a group of their own with the shares of n cores (on 2
-// cores, 2,048 shares: a node whose allocatable CPU is all requested). It returns that
+// use them do: n busy loops in a group of their own, inside parent (nil for the top),
+// with the shares of n cores (on 2 cores, 2,048 shares: a node whose allocatable CPU is
+// all requested). It returns that
 // group and the loops, which stop, and the group goes, when the test is done.
-func PressureForTest(t testing.TB, n int) (*Group, *Busy) {
+func PressureForTest(t testing.TB, parent *Group, n int) (*Group, *Busy) {
 	t.Helper()
-	g := GroupForTest(t, "busy")
+	g := SubgroupForTest(t, parent, "busy")
 	if err := g.SetRequest(int64(n) * 1000); err != nil {
 		t.Fatal(err)
 	}

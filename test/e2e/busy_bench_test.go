@@ -69,7 +69,7 @@ func benchBusy(b *testing.B, bc busyCase, window time.Duration) busyRow {
 	}
 	agent := newBusyAgent(b, bc)
 	agent.squeeze(b, c, node)
-	cpu.PressureForTest(b, runtime.NumCPU())
+	agent.pressure(b)
 	r := busyRow{name: bc.name, pressure: c.underPressure(b, ccm, svc, addrs, node, window)}
 	b.Logf("%s: %v", bc.name, r.pressure)
 
