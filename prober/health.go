@@ -51,6 +51,9 @@ func livenessOf(cfg config.Failover) liveness {
 type agentHealth struct {
 	state            State
 	misses, answered int // in a row
+	// silent counts the misses in a row without a sign of life: a busy agent's node
+	// that dies, or one whose echo reply came late once, is judged by them, as any other.
+	silent int
 	// busy says the last miss was a busy one; lastAlive is when the agent last answered,
 	// in time or late: a busy agent is down busyTimeout after it.
 	busy      bool
@@ -64,7 +67,7 @@ func (h *agentHealth) observe(o outcome, now time.Time, l liveness) bool {
 		o = missed // no time given to busy agents
 	}
 	if o.answered() {
-		h.busy, h.lastAlive = false, now
+		h.busy, h.lastAlive, h.silent = false, now, 0
 	}
 	switch o {
 	case answeredReady:
@@ -87,14 +90,20 @@ func (h *agentHealth) observe(o outcome, now time.Time, l liveness) bool {
 		h.busy = true
 		// An agent never heard from has no life to vouch for; one heard from is given
 		// busyTimeout from its last answer, however its node answers meanwhile.
+		if h.lastAlive.IsZero() {
+			h.silent++
+		} else {
+			h.silent = 0
+		}
 		if h.misses >= l.threshold && (h.lastAlive.IsZero() || now.Sub(h.lastAlive) >= l.busyTimeout) {
 			h.state = Down
 		}
 	case missed, refused:
 		h.answered = 0
 		h.misses++
+		h.silent++
 		h.busy = false
-		if h.misses >= l.threshold {
+		if h.silent >= l.threshold {
 			h.state = Down
 		}
 	}

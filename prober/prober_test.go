@@ -50,8 +50,9 @@ func TestAgentHealth(t *testing.T) {
 			{answeredReady, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up},
 			{answeredReady, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Up}, {busy, Down},
 		}},
-		{"busy, then no sign of life: down at once past the threshold", []step{{answeredReady, Up}, {missed, Up}, {busy, Up}, {busy, Up}, {missed, Down}}},
-		{"busy, then refused: down at once past the threshold", []step{{answeredReady, Up}, {busy, Up}, {busy, Up}, {refused, Down}}},
+		{"busy, then no sign of life: down at the threshold of silent misses", []step{{answeredReady, Up}, {missed, Up}, {busy, Up}, {busy, Up}, {missed, Up}, {missed, Up}, {missed, Down}}},
+		{"one late echo among busy misses changes nothing", []step{{answeredReady, Up}, {busy, Up}, {busy, Up}, {missed, Up}, {busy, Up}, {missed, Up}, {busy, Up}}},
+		{"busy, then refused: down at the threshold", []step{{answeredReady, Up}, {busy, Up}, {busy, Up}, {refused, Up}, {refused, Up}, {refused, Down}}},
 		{"never answered: busy counts as a miss", []step{{missed, Unknown}, {busy, Unknown}, {busy, Down}}},
 		{"down stays down when busy", []step{{answeredReady, Up}, {missed, Up}, {missed, Up}, {missed, Down}, {busy, Down}, {busy, Down}}},
 	} {
