@@ -129,12 +129,8 @@ func (e *echoer) read(i int, took func(from netip.Addr, nonce uint64)) {
 		if err != nil {
 			continue
 		}
-		m, err := icmp.ParseMessage(proto, buf[:n])
-		if err != nil || (m.Type != ipv4.ICMPTypeEchoReply && m.Type != ipv6.ICMPTypeEchoReply) {
-			continue
-		}
-		echo, ok := m.Body.(*icmp.Echo)
-		if !ok || len(echo.Data) != 8 {
+		nonce, ok := parseEchoReply(proto, buf[:n])
+		if !ok {
 			continue
 		}
 		var ip net.IP
@@ -148,8 +144,23 @@ func (e *echoer) read(i int, took func(from netip.Addr, nonce uint64)) {
 		if !ok {
 			continue
 		}
-		took(addr.Unmap(), binary.BigEndian.Uint64(echo.Data))
+		took(addr.Unmap(), nonce)
 	}
+}
+
+// parseEchoReply returns the nonce an echo reply of protocol proto (1 ICMP, 58 ICMPv6)
+// carries, and false for anything else: another type of message, or data of another
+// length than a nonce's, which no echo request of the prober's draws.
+func parseEchoReply(proto int, b []byte) (nonce uint64, ok bool) {
+	m, err := icmp.ParseMessage(proto, b)
+	if err != nil || (m.Type != ipv4.ICMPTypeEchoReply && m.Type != ipv6.ICMPTypeEchoReply) {
+		return 0, false
+	}
+	echo, ok := m.Body.(*icmp.Echo)
+	if !ok || len(echo.Data) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(echo.Data), true
 }
 
 // close closes the sockets, which ends read.

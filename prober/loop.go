@@ -287,7 +287,7 @@ func (s *sched) send(jobs []job, batches [][]job) {
 	probesSent.Add(float64(len(jobs)))
 	flush := func(sock int) {
 		b := batches[sock]
-		s.writers[sock].flush(func(i int, err error) { s.sendFailed(b[i].a, b[i].nonce, err) })
+		s.writers[sock].flush(func(i int, err error) { s.sendFailed(b[i].nonce, err) })
 		batches[sock] = b[:0]
 	}
 	for _, j := range jobs {
@@ -301,7 +301,7 @@ func (s *sched) send(jobs []job, batches [][]job) {
 		if !w.fits(j.a.addr) {
 			b := s.p.key.AppendRequest(nil, r)
 			if _, err := s.conns[j.a.sock].WriteToUDPAddrPort(b, j.a.addr); err != nil {
-				s.sendFailed(j.a, j.nonce, err)
+				s.sendFailed(j.nonce, err)
 			}
 			continue
 		}
@@ -335,20 +335,28 @@ func (s *sched) unread() int {
 
 // sendFailed takes a probe that could not be sent for a miss, and has the next ones
 // retried with backoff once the agent is down: never given up.
-func (s *sched) sendFailed(a *agentProbe, nonce uint64, err error) {
+func (s *sched) sendFailed(nonce uint64, err error) {
+	s.endOut(nonce, func(a *agentProbe, now time.Time) {
+		probeSendErrors.Inc()
+		if a.sendErrs++; a.sendErrs == 1 {
+			s.sendErrs.began(a.node, a.addr, err, now) // once per run of failures
+		}
+		s.endLocked(a, missed, now, 0, true)
+	})
+}
+
+// endOut ends the probe with nonce, if it is still out, as end says under s.mu, and
+// applies what that changes.
+func (s *sched) endOut(nonce uint64, end func(a *agentProbe, now time.Time)) {
 	s.mu.Lock()
-	if !a.out || a.nonce != nonce || a.removed {
+	a := s.pending[nonce]
+	if a == nil || a.removed {
 		s.mu.Unlock()
 		return
 	}
 	delete(s.pending, nonce)
 	a.out = false
-	now := time.Now()
-	probeSendErrors.Inc()
-	if a.sendErrs++; a.sendErrs == 1 {
-		s.sendErrs.began(a.node, a.addr, err, now) // once per run of failures
-	}
-	s.endLocked(a, missed, now, 0, true)
+	end(a, time.Now())
 	effects := s.takeEffectsLocked()
 	s.mu.Unlock()
 	s.p.apply(effects)

@@ -89,39 +89,30 @@ func (s *sched) echoed(from netip.Addr, nonce uint64) {
 	echoReplies.Inc()
 }
 
-// drain takes the ICMP errors queued on conn: each port unreachable that answers a probe
-// out ends that probe, refused.
+// drain takes the ICMP errors queued on conn.
 func (s *sched) drain(conn *net.UDPConn) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
 		return
 	}
-	buf := make([]byte, probe.MaxDatagram)
-	drainErrors(raw, buf, func(b []byte) {
-		r, err := s.p.key.ParseRequest(b)
-		if err != nil {
-			return // not a probe of this prober's
-		}
-		s.unreachable(r.Nonce)
-	})
+	// Only a probe request is of use, and a longer datagram is no request.
+	var buf [probe.RequestLen + 1]byte
+	drainErrors(raw, buf[:], s.unreachable)
 }
 
-// unreachable ends the probe with nonce, if it is out, refused: no agent listens at the
-// node's address.
-func (s *sched) unreachable(nonce uint64) {
-	s.mu.Lock()
-	a := s.pending[nonce]
-	if a == nil || a.removed {
-		s.mu.Unlock()
+// unreachable takes the datagram a port unreachable answered: if it is a request of this
+// prober's for a probe out, that probe ends refused, since no agent listens at the node's
+// address. Anything else is a forgery, or a probe ended already, and is no use: the
+// request is authenticated, its nonce random and used once.
+func (s *sched) unreachable(b []byte) {
+	r, err := s.p.key.ParseRequest(b)
+	if err != nil {
 		return
 	}
-	delete(s.pending, nonce)
-	a.out = false
-	unreachables.Inc()
-	s.lateLocked(a)
-	s.unscheduleLocked(a)
-	s.endLocked(a, refused, time.Now(), 0, false)
-	effects := s.takeEffectsLocked()
-	s.mu.Unlock()
-	s.p.apply(effects)
+	s.endOut(r.Nonce, func(a *agentProbe, now time.Time) {
+		unreachables.Inc()
+		s.lateLocked(a)
+		s.unscheduleLocked(a)
+		s.endLocked(a, refused, now, 0, false)
+	})
 }
