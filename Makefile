@@ -166,14 +166,14 @@ bench-agent: tools build ## Real control plane, ~2 min: the agent's peak RSS wit
 	BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkAgentMemory -benchtime=1x -timeout=150m ./test/agent
 
 .PHONY: bench-failover
-bench-failover: tools build ## Root, ~27 min, through kube-proxy and pods: 20 failures in each case (node death v4/v6, with the ccm leader, with the API server stopped; 5 of a node announcing 5,000 Services); one table of min/p50/p99/max
+bench-failover: deps tools build ## Root, ~27 min, through kube-proxy and pods: 20 failures in each case (node death v4/v6, with the ccm leader, with the API server stopped; 5 of a node announcing 5,000 Services); one table of min/p50/p99/max
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkFailover -benchtime=1x -timeout=90m ./test/e2e
 
 # How long make bench-busy may run: enough for its default 10 minutes of pressure a case.
 BUSY_TIMEOUT ?= 90m
 
 .PHONY: bench-busy
-bench-busy: tools build ## Root, ~25 min, cgroups: the announcer's agent at its CPU request (20m; then with a 100m limit too) beside busy loops on every core, 10 min of pressure (BAREMETAL_BUSY_MINUTES=N for N) then 20 node deaths under it; false failovers, live agents down, failed requests, detection and outage p50/p99
+bench-busy: deps tools build ## Root, ~25 min, cgroups: the announcer's agent at its CPU request (20m; then with a 100m limit too) beside busy loops on every core, 10 min of pressure (BAREMETAL_BUSY_MINUTES=N for N) then 20 node deaths under it; false failovers, live agents down, failed requests, detection and outage p50/p99
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkBusyNode -benchtime=1x -timeout=$(BUSY_TIMEOUT) ./test/e2e
 
 .PHONY: fuzz
