@@ -1,7 +1,6 @@
 package prober
 
 import (
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -28,18 +27,7 @@ func requireEcho(t *testing.T) {
 // the busy timeout nothing changes, and past it, the agent is down.
 func TestBusyAgentIsNotDown(t *testing.T) {
 	requireEcho(t)
-	port := agentPort(t)
-	pc, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	conn := &freezableConn{PacketConn: pc, requests: make(chan struct{}, 1)}
-	r, err := probe.NewResponder("node-a", testKey, testVerifier)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go r.Serve(conn)
+	port, conn, _ := freezableAgent(t)
 	const busyTimeout = time.Second
 	cfg := config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: port, BusyTimeout: busyTimeout}
 	p, changes := startProberWith(t, cfg, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"))

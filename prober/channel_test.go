@@ -5,8 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,24 +23,12 @@ import (
 // carries a time either: the prober orders and times everything by its own monotonic
 // clock, so a node's clock, right or wrong, has no say.
 
-// frozenAgent runs node-a's responder at 127.0.0.2 on a socket the test can freeze, and
-// a ccm's prober of it with cfg (AgentPort set here), whose echo sockets are closed: on
+// frozenAgent runs node-a's responder on a socket the test can freeze (freezableAgent),
+// and a ccm's prober of it with cfg (AgentPort set here), whose echo sockets are closed: on
 // loopback the kernel answers every echo, and these tests send the only ones.
 func frozenAgent(t *testing.T, cfg config.Failover) (*Prober, *sched, *freezableConn, *recordingConn, chan string) {
 	t.Helper()
-	port := agentPort(t)
-	pc, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	rec := &recordingConn{PacketConn: pc}
-	conn := &freezableConn{PacketConn: rec, requests: make(chan struct{}, 1)}
-	r, err := probe.NewResponder("node-a", testKey, testVerifier)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go r.Serve(conn)
+	port, conn, rec := freezableAgent(t)
 	cfg.AgentPort = port
 	p, changes := startProberWith(t, cfg, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"))
 	if got := p.Health("node-a"); got != Up {
@@ -56,30 +42,6 @@ func frozenAgent(t *testing.T, cfg config.Failover) (*Prober, *sched, *freezable
 	}
 	drain(changes)
 	return p, s, conn, rec, changes
-}
-
-// recordingConn is an agent's socket that records the nonces of the requests it reads.
-type recordingConn struct {
-	net.PacketConn
-	mu     sync.Mutex
-	nonces []uint64
-}
-
-func (c *recordingConn) ReadFrom(b []byte) (int, net.Addr, error) {
-	n, from, err := c.PacketConn.ReadFrom(b)
-	if r, perr := testKey.ParseRequest(b[:n]); err == nil && perr == nil {
-		c.mu.Lock()
-		c.nonces = append(c.nonces, r.Nonce)
-		c.mu.Unlock()
-	}
-	return n, from, err
-}
-
-// read returns the nonces recorded.
-func (c *recordingConn) read() []uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.nonces)
 }
 
 // proberAddr returns the loopback address of the prober's socket i.
@@ -222,7 +184,7 @@ func TestLateAnswerCountsOnce(t *testing.T) {
 // the quote of a probe out, as the prober sent it, does.
 func TestForgedPortUnreachable(t *testing.T) {
 	cfg := config.Failover{ProbeInterval: time.Second, FailureThreshold: 3, BusyTimeout: time.Minute}
-	_, s, conn, _, _ := frozenAgent(t, cfg)
+	_, s, conn, rec, _ := frozenAgent(t, cfg)
 	other, err := probe.ParseKey([]byte("not the cluster's probe key, and long enough\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -230,17 +192,9 @@ func TestForgedPortUnreachable(t *testing.T) {
 	request := func(k *probe.Key, nonce uint64) []byte {
 		return k.AppendRequest(nil, probe.Request{Nonce: nonce, Sender: probe.FromCCM, Instance: 1, Counter: 1, To: probe.NodeTag("node-a")})
 	}
-	// Each probe out until there have been two: the first has ended by then.
+	// Once the agent has read two requests, the first has ended.
 	var seen []uint64
-	eventually(t, 5*time.Second, "two probes sent", func() bool {
-		out, _ := s.noncesForTest()
-		for _, n := range out {
-			if !slices.Contains(seen, n) {
-				seen = append(seen, n)
-			}
-		}
-		return len(seen) >= 2
-	})
+	eventually(t, 5*time.Second, "two probes read", func() bool { seen = rec.read(); return len(seen) >= 2 })
 	ended := seen[:len(seen)-1]
 	conn.running.Lock()
 	defer conn.running.Unlock()

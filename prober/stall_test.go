@@ -2,6 +2,7 @@ package prober
 
 import (
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -41,23 +42,56 @@ func (c *freezableConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	return n, from, err
 }
 
-// TestStallIsNoMiss stops the prober and the agent together, as a saturated host or a
-// paused virtual machine does, across the deadline of a probe out: the prober, running
-// late on resuming, waits for the answer again instead of taking the agent for down, even
-// with a failure threshold of one miss.
-func TestStallIsNoMiss(t *testing.T) {
-	port := agentPort(t)
+// freezableAgent runs node-a's responder at 127.0.0.2 on a free port, on a socket the test
+// can freeze that records the nonces of the requests it reads.
+func freezableAgent(t *testing.T) (port int, conn *freezableConn, rec *recordingConn) {
+	t.Helper()
+	port = agentPort(t)
 	pc, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pc.Close() })
-	conn := &freezableConn{PacketConn: pc, requests: make(chan struct{}, 1)}
+	rec = &recordingConn{PacketConn: pc}
+	conn = &freezableConn{PacketConn: rec, requests: make(chan struct{}, 1)}
 	r, err := probe.NewResponder("node-a", testKey, testVerifier)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go r.Serve(conn)
+	return port, conn, rec
+}
+
+// recordingConn is an agent's socket that records the nonces of the requests it reads.
+type recordingConn struct {
+	net.PacketConn
+	mu     sync.Mutex
+	nonces []uint64
+}
+
+func (c *recordingConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, from, err := c.PacketConn.ReadFrom(b)
+	if r, perr := testKey.ParseRequest(b[:n]); err == nil && perr == nil {
+		c.mu.Lock()
+		c.nonces = append(c.nonces, r.Nonce)
+		c.mu.Unlock()
+	}
+	return n, from, err
+}
+
+// read returns the nonces recorded.
+func (c *recordingConn) read() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.nonces)
+}
+
+// TestStallIsNoMiss stops the prober and the agent together, as a saturated host or a
+// paused virtual machine does, across the deadline of a probe out: the prober, running
+// late on resuming, waits for the answer again instead of taking the agent for down, even
+// with a failure threshold of one miss.
+func TestStallIsNoMiss(t *testing.T) {
+	port, conn, _ := freezableAgent(t)
 	const interval = 200 * time.Millisecond // a timeout of 50 ms: room to freeze both in time
 	cfg := config.Failover{ProbeInterval: interval, FailureThreshold: 1, AgentPort: port}
 	p, changes := startProberWith(t, cfg, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"))

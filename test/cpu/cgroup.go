@@ -399,8 +399,7 @@ func Sweep() error {
 			continue
 		}
 		for _, e := range entries {
-			pid, ok := creator(e.Name())
-			if !e.IsDir() || !ok || process.Alive(pid) {
+			if !e.IsDir() || !process.Orphaned(namePrefix, e.Name()) {
 				continue
 			}
 			if err := remove(filepath.Join(root, e.Name())); err != nil {
@@ -409,20 +408,6 @@ func Sweep() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// creator returns the pid in the name of a group of this package.
-func creator(name string) (pid int, ok bool) {
-	rest, ok := strings.CutPrefix(name, namePrefix)
-	if !ok {
-		return 0, false
-	}
-	digits, _, ok := strings.Cut(rest, "-")
-	if !ok {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(digits)
-	return pid, err == nil && pid > 0
 }
 
 // write writes value to a cgroup file in one write(2), as the kernel wants it.

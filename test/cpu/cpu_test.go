@@ -139,20 +139,6 @@ func TestParseMountinfo(t *testing.T) {
 	}
 }
 
-func TestCreator(t *testing.T) {
-	for name, want := range map[string]int{
-		"baremetal-test-123-4-busy": 123,
-		"baremetal-test-123":        0,
-		"baremetal-test-x-4-busy":   0,
-		"kubepods":                  0,
-	} {
-		pid, ok := creator(name)
-		if ok != (want > 0) || pid != want {
-			t.Errorf("creator(%q) = %d, %v; want %d", name, pid, ok, want)
-		}
-	}
-}
-
 // readSetting returns the content of one of g's files, trimmed.
 func readSetting(t *testing.T, g *Group, file string) string {
 	t.Helper()

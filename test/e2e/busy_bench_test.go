@@ -62,14 +62,7 @@ func benchBusy(b *testing.B, bc busyCase, window time.Duration) busyRow {
 	c := newCluster(b, 3)
 	ccm := c.startCCM(b)
 	svc, addrs := c.createLBService(b, "bench-busy")
-	c.waitSettled(b)
-	node := c.announcer(b, svc)
-	for _, a := range addrs {
-		c.waitSteady(b, a, node)
-	}
-	agent := newBusyAgent(b, bc)
-	agent.squeeze(b, c, node)
-	agent.pressure(b)
+	node, agent := c.busyAnnouncer(b, svc, addrs, bc)
 	r := busyRow{name: bc.name, pressure: c.underPressure(b, ccm, svc, addrs, node, window)}
 	b.Logf("%s: %v", bc.name, r.pressure)
 

@@ -88,6 +88,21 @@ func (a *busyAgent) pressure(t testing.TB) {
 	cpu.PressureForTest(t, a.machine, runtime.NumCPU())
 }
 
+// busyAnnouncer makes the node that announces svc busy as bc says, once the Service's
+// addresses answer steadily from it, and returns the node and its agent's group.
+func (c *cluster) busyAnnouncer(t testing.TB, svc *corev1.Service, addrs []netip.Addr, bc busyCase) (string, *busyAgent) {
+	t.Helper()
+	c.waitSettled(t)
+	node := c.announcer(t, svc)
+	for _, a := range addrs {
+		c.waitSteady(t, a, node)
+	}
+	agent := newBusyAgent(t, bc)
+	agent.squeeze(t, c, node)
+	agent.pressure(t)
+	return node, agent
+}
+
 // squeeze puts node's agent in the group, and the agent that was there out, so that the
 // node the test is about to kill is the busy one, as it was the announcer.
 func (a *busyAgent) squeeze(t testing.TB, c *cluster, node string) {
@@ -267,15 +282,7 @@ func TestBusyNode(t *testing.T) {
 	svc, addrs := c.createLBService(t, "busy")
 	for _, bc := range busyCases {
 		t.Run(bc.name, func(t *testing.T) {
-			c.waitSettled(t)
-			node := c.announcer(t, svc)
-			for _, a := range addrs {
-				c.waitSteady(t, a, node)
-			}
-			agent := newBusyAgent(t, bc)
-			agent.squeeze(t, c, node)
-			agent.pressure(t)
-
+			node, agent := c.busyAnnouncer(t, svc, addrs, bc)
 			p := c.underPressure(t, ccm, svc, addrs, node, busyWindow)
 			t.Log(p)
 			if n := p.falseFailovers(); n > 0 {

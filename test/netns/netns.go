@@ -416,8 +416,7 @@ func Sweep() error {
 	}
 	var errs []error
 	for _, e := range entries {
-		pid, ok := creator(e.Name())
-		if !ok || process.Alive(pid) {
+		if !process.Orphaned(namePrefix, e.Name()) {
 			continue
 		}
 		err := deleteNamespace(e.Name())
@@ -427,18 +426,4 @@ func Sweep() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// creator returns the pid in the name of a namespace of this package.
-func creator(name string) (pid int, ok bool) {
-	rest, ok := strings.CutPrefix(name, namePrefix)
-	if !ok {
-		return 0, false
-	}
-	digits, _, ok := strings.Cut(rest, "-")
-	if !ok {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(digits)
-	return pid, err == nil && pid > 0
 }

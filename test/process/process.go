@@ -222,3 +222,19 @@ func Alive(pid int) bool {
 	fields := strings.Fields(rest)
 	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }
+
+// Orphaned reports whether name, of something a test made outside its process (a network
+// namespace, a cgroup) and named prefix, the creator's pid, a dash and the rest, was made
+// by a process no longer alive: nothing else will remove it. A name not made so is not.
+func Orphaned(prefix, name string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return false
+	}
+	digits, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return false
+	}
+	pid, err := strconv.Atoi(digits)
+	return err == nil && pid > 0 && !Alive(pid)
+}

@@ -339,3 +339,23 @@ func waitForDeath(t *testing.T, pid int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestOrphaned(t *testing.T) {
+	done := exec.Command(shell(t), "-c", "exit 0")
+	if err := done.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead, alive := done.Process.Pid, os.Getpid()
+	for name, want := range map[string]bool{
+		fmt.Sprintf("bmt-%d-4-busy", dead):  true,
+		fmt.Sprintf("bmt-%d-4-busy", alive): false,
+		fmt.Sprintf("bmt-%d", dead):         false,
+		"bmt-x-4-busy":                      false,
+		"bmt-0-4-busy":                      false,
+		fmt.Sprintf("kubepods-%d-4", dead):  false,
+	} {
+		if got := Orphaned("bmt-", name); got != want {
+			t.Errorf("Orphaned(%q, %q) = %v, want %v", "bmt-", name, got, want)
+		}
+	}
+}
