@@ -91,6 +91,9 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	spread spread // the last decision of every group at once
+	// returns are the nodes back from down lately, whose return to the standby lists
+	// waits.
+	returns returns
 
 	mu      sync.Mutex
 	decided map[string]decision  // the last decision per group, to warn once and for the status page
@@ -133,6 +136,7 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		decided: map[string]decision{},
 		owned:   map[string]ownership{},
+		returns: returns{hold: flapHold},
 		patched: map[types.NamespacedName]patch{},
 		held:    map[string][]string{},
 		heldBy:  map[string]int{},

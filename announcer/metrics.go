@@ -28,12 +28,18 @@ var (
 		Help:           "Services with addresses that no node may announce.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	standbysHeld = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "standby_writes_held_total",
+		Help:           "Changes of a Service's standbys alone not written, as they would only name nodes back from down for less than 10s, which may be flapping; written once the nodes hold up.",
+		StabilityLevel: metrics.ALPHA,
+	})
 
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(announcerChanges, servicesPerAnnouncer, servicesWithoutAnnouncer)
+		legacyregistry.MustRegister(announcerChanges, servicesPerAnnouncer, servicesWithoutAnnouncer, standbysHeld)
 	})
 }

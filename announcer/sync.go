@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -109,7 +110,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			}
 			if strings.Join(m.req.Standbys, ",") != p.standbys {
 				// The standby order changed alone: the agents need it before the
-				// announcer fails, and nobody needs an event for it.
+				// announcer fails, and nobody needs an event for it; unless it only
+				// names nodes back from down lately, which may be flapping.
+				standbys := r.Nodes[min(1, len(r.Nodes)):]
+				if hold := holdStandbys(m.req.Standbys, standbys, c.returns.holding(standbys, time.Now()), nodes); hold > 0 {
+					standbysHeld.Inc()
+					klog.V(4).InfoS("Standbys kept while the nodes they would name hold up", "service", klog.KObj(m.svc), "standbys", m.req.Standbys, "wouldBe", p.standbys, "for", hold)
+					c.queue.AddAfter(key, hold)
+					continue
+				}
 				if err := c.setPlan(ctx, m.svc, p); err != nil {
 					return err
 				}
@@ -316,10 +325,12 @@ func (c *Controller) nodeStates() ([]owner.Node, error) {
 		return nil, err
 	}
 	out := make([]owner.Node, 0, len(nodes))
+	now := time.Now()
 	for _, n := range nodes {
 		// Only an agent that is up may announce: one that is replaced is in the verdict, and
 		// announces nothing until the annotations say what the agents standing in did.
 		h := c.health.Health(n.Name)
+		c.returns.observe(n.Name, h == prober.Down, now)
 		node := owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == prober.Up, Draining: h == prober.Draining, Starting: h == prober.Starting}
 		for _, u := range c.health.Unable(n.Name) {
 			node.Unable = append(node.Unable, owner.Unable{Pool: u.Pool, IPv6: u.Family == probe.IPv6, Why: u.Explain(n.Name)})
