@@ -35,7 +35,7 @@ build: ## Build bin/baremetal-ccm and bin/baremetal-agent (version stamped from 
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/baremetal-agent ./agent
 
 .PHONY: images
-images: ## OCI image archives bin/baremetal-ccm.oci.tar and bin/baremetal-agent.oci.tar, linux/amd64 and linux/arm64, reproducible (README, Images)
+images: ## OCI image archives bin/baremetal-ccm.oci.tar and bin/baremetal-agent.oci.tar, linux/amd64 and linux/arm64, reproducible (docs/install.md, Images)
 	@for platform in $(PLATFORMS); do for prog in ccm agent; do \
 		echo "images: building $(BIN)/$${platform%/*}_$${platform#*/}/baremetal-$$prog"; \
 		CGO_ENABLED=0 GOOS=$${platform%/*} GOARCH=$${platform#*/} $(GO) build -trimpath -ldflags "$(LDFLAGS)" \
@@ -45,10 +45,10 @@ images: ## OCI image archives bin/baremetal-ccm.oci.tar and bin/baremetal-agent.
 		-registry $(REGISTRY) -version $(VERSION) -revision $(COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH)
 
 .PHONY: push
-push: images ## Push both images to REGISTRY as <name>:VERSION, with the credentials of docker or podman login (README, Images)
+push: images ## Push both images to REGISTRY as <name>:VERSION, with the credentials of docker or podman login (docs/install.md, Images)
 	$(GO) -C hack/image run . push -bin $(abspath $(BIN)) -registry $(REGISTRY) -version $(VERSION)
 
-# A release: make release VERSION=vX.Y.Z writes RELEASE_DIR/VERSION, README (Install).
+# A release: make release VERSION=vX.Y.Z writes RELEASE_DIR/VERSION, docs/install.md (Install).
 RELEASE_DIR := $(BIN)/release
 
 .PHONY: release
@@ -137,7 +137,7 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: bench-owner bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-failover bench-busy ## Every benchmark; figures are in the README
+bench: bench-owner bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-failover bench-busy ## Every benchmark; figures are in docs/performance.md
 
 .PHONY: bench-owner
 bench-owner: ## The announcer rule: spread over equal nodes (max/mean, min/mean), moves when a node leaves or joins against the fewest possible, and deciding 5,000 groups over 1,000 nodes after a node leaves

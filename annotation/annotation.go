@@ -36,7 +36,8 @@ const (
 	Standbys = Prefix + "standbys"
 )
 
-// Spec documents one annotation. The README's reference is checked against Specs.
+// Spec documents one annotation. The configuration reference (docs/configuration.md) is
+// checked against Specs.
 type Spec struct {
 	// Key is the annotation's name.
 	Key string

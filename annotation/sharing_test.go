@@ -130,15 +130,16 @@ func TestOwnershipAndStatus(t *testing.T) {
 	}
 }
 
-// TestReadmeDocumentsEveryAnnotation keeps the README's reference and Specs together.
-func TestReadmeDocumentsEveryAnnotation(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// TestDocsDocumentEveryAnnotation keeps the configuration reference and Specs together.
+func TestDocsDocumentEveryAnnotation(t *testing.T) {
+	const page = "../docs/configuration.md"
+	doc, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range Specs {
-		if !strings.Contains(string(readme), "`"+s.Key+"`") {
-			t.Errorf("README does not document %s", s.Key)
+		if !strings.Contains(string(doc), "`"+s.Key+"`") {
+			t.Errorf("%s does not document %s", page, s.Key)
 		}
 	}
 }

@@ -4,17 +4,19 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// readmeYAML finds the README's YAML blocks that are whole cloud-configs.
-var readmeYAML = regexp.MustCompile("(?ms)^```yaml\n(pools:.*?)^```")
+// docYAML finds the YAML blocks of a Markdown page that are whole cloud-configs, also
+// those indented in a list item.
+var docYAML = regexp.MustCompile("(?ms)^( *)```yaml\n(( *)pools:.*?)^ *```")
 
 // TestShippedConfigs parses every cloud-config the project ships, so that a rule added to
 // the parser cannot leave one of them refused: the manifests', the chart's default values
-// and the README's.
+// and the documentation's.
 func TestShippedConfigs(t *testing.T) {
 	configs := map[string][]byte{}
 	for _, path := range []string{
@@ -40,12 +42,14 @@ func TestShippedConfigs(t *testing.T) {
 	}
 	configs[chart+": cloudConfig.config"] = data
 
-	blocks := readmeYAML.FindAllSubmatch(read(t, "../README.md"), -1)
-	if len(blocks) == 0 {
-		t.Error("../README.md: no YAML block starting with pools: found; has the README changed?")
-	}
-	for i, m := range blocks {
-		configs[fmt.Sprintf("../README.md, YAML block %d", i+1)] = m[1]
+	for _, page := range []string{"../README.md", "../docs/install.md"} {
+		blocks := docYAML.FindAllSubmatch(read(t, page), -1)
+		if len(blocks) == 0 {
+			t.Errorf("%s: no YAML block starting with pools: found; has the page changed?", page)
+		}
+		for i, m := range blocks {
+			configs[fmt.Sprintf("%s, YAML block %d", page, i+1)] = dedent(m[2], len(m[1]))
+		}
 	}
 
 	for name, data := range configs {
@@ -62,4 +66,15 @@ func read(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// dedent removes n spaces from the start of each line of b that has them: a block in a
+// list item is indented as the item is.
+func dedent(b []byte, n int) []byte {
+	prefix := strings.Repeat(" ", n)
+	var out []byte
+	for line := range strings.Lines(string(b)) {
+		out = append(out, strings.TrimPrefix(line, prefix)...)
+	}
+	return out
 }

@@ -44,7 +44,7 @@ ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=$major -X $pkg.g
 mkdir -p "$bin"
 cd "$tools"
 # The Kubernetes programs share most packages with kube-apiserver, so the first costs the
-# most; README (`make tools`: the test control plane) gives the measured cold times.
+# most; docs/development.md (`make tools`: the test control plane) gives the measured cold times.
 for b in "${build[@]}"; do
 	rm -f "$bin/.$b.stamp"
 	if [[ $b == etcd ]]; then

@@ -38,7 +38,7 @@ test=(
 	"nsenter|util-linux|processes inside the node namespaces"
 	"ping|iputils-ping|the network namespace harness's own test"
 	"sha256sum|coreutils|the release's SHA256SUMS"
-	"openssl|openssl|the verdict key pair of README's Install, run by the install test"
+	"openssl|openssl|the verdict key pair of docs/install.md's Install, run by the install test"
 	"iptables-restore|iptables|kube-proxy's iptables mode (test/kubeproxy)"
 	"ip6tables-restore|iptables|kube-proxy's iptables mode, IPv6"
 	"podman|podman|TestImages runs both programs from their images"

@@ -9,7 +9,7 @@ import (
 // idlest node over the mean (max/mean, min/mean), and the groups moved when a node leaves
 // and when one joins, with the fewest that must move (leave-min: the leaving node's
 // groups; join-min: what brings every node under its bound). Its figures are those of
-// README's table; the time per op is one Assign of all groups.
+// docs/performance.md's table; the time per op is one Assign of all groups.
 func BenchmarkSpread(b *testing.B) {
 	for _, size := range sizes {
 		b.Run(fmt.Sprintf("services=%d/nodes=%d", size.services, size.nodes), func(b *testing.B) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// readFile returns a file of testdata, made with openssl as README says.
+// readFile returns a file of testdata, made with openssl as docs/install.md says.
 func readFile(t *testing.T, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -19,7 +19,7 @@ func readFile(t *testing.T, name string) []byte {
 	return b
 }
 
-// TestVerdictKeyRotation checks the rotation README describes: the agents hold the old
+// TestVerdictKeyRotation checks the rotation docs/install.md describes: the agents hold the old
 // and the new public key while the ccm moves to the new private key, then the new alone.
 func TestVerdictKeyRotation(t *testing.T) {
 	old, err := ParseSigner(readFile(t, "verdict.key"))

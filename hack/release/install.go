@@ -89,7 +89,7 @@ func renderInstall(version string, images []image) ([]byte, error) {
 // before applying it.
 func installHeader(version, configMap string, images []image) []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, `# cloud-provider-baremetal %s: every object of the install (README, Install).
+	fmt.Fprintf(&b, `# cloud-provider-baremetal %s: every object of the install (docs/install.md, Install).
 #
 # Before kubectl apply -f install.yaml:
 #  1. Put your pools in cloud-config.yaml of the ConfigMap
@@ -99,7 +99,7 @@ func installHeader(version, configMap string, images []image) []byte {
 #     Services to their addresses.
 #  2. Create the Secrets baremetal-system/baremetal-probe-key (the probe key and the
 #     ccm's public key) and baremetal-system/baremetal-verdict-key (its private key)
-#     (README, Install, step 3).
+#     (docs/install.md, Install, step 3).
 #
 # The images, pinned by the digests of their image indexes (the archives of the release):
 `, version, configMap)

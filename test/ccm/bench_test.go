@@ -22,7 +22,7 @@ const benchServices = 5000
 // benchWriters is how many clients create the Services.
 const benchWriters = 16
 
-// benchFlags are the ccm flags BenchmarkConverge runs with, as the README recommends for
+// benchFlags are the ccm flags BenchmarkConverge runs with, as docs/configuration.md recommends for
 // clusters with thousands of Services: each new Service costs the service controller two
 // writes, so its client's QPS sets the pace.
 var benchFlags = []string{"--kube-api-qps=300", "--kube-api-burst=600", "--concurrent-service-syncs=20"}

@@ -14,7 +14,7 @@ import (
 )
 
 // withPublicKey is what probeKey.create needs besides: the ccm's public key, of the test
-// key pair in testdata (made with openssl, as README says).
+// key pair in testdata (made with openssl, as docs/install.md says).
 var withPublicKey = []string{"--set-file", "verdictKey.public=testdata/verdict.pub"}
 
 // everything turns on every optional part of the chart.

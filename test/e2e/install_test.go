@@ -52,13 +52,13 @@ var installControllers = []string{
 	"endpointslice-controller",
 }
 
-// TestInstall follows README's Install as an operator would, on nodes that run the real
-// kubelet and containerd: it writes a release from the archives of make images, runs
-// README's own commands (the probe key, sha256sum -c, the edit of install.yaml, kubectl
+// TestInstall follows docs/install.md's Install as an operator would, on nodes that run
+// the real kubelet and containerd: it writes a release from the archives of make images,
+// runs the page's own commands (the probe key, sha256sum -c, the edit of install.yaml, kubectl
 // apply, rollout status) with the kubectl of the tools module, loads the images on every
-// node as README's Images section says, and then sees a Service's address given, announced
+// node as the page's Images section says, and then sees a Service's address given, announced
 // by the node the ccm chose, and failed over when that node's agent is deleted. Last it
-// runs README's Uninstall and sees the ccm's and the agents' pods gone.
+// runs the page's Uninstall and sees the ccm's and the agents' pods gone.
 func TestInstall(t *testing.T) {
 	netns.RequireRoot(t)
 	imagesDir, version, pauseArchive := os.Getenv(imagesEnv), os.Getenv(imageVersionEnv), filepath.Join(os.Getenv(nodeImagesEnv), "baremetal-pause.oci.tar")
@@ -90,7 +90,7 @@ func TestInstall(t *testing.T) {
 	api, serverName := apiForNodes(t, cp, network, admin)
 	nodes := startNodes(t, cp, network, admin, api, serverName, pauseArchive)
 
-	// README, Install, step 4: the images, from the release's archives, on every node.
+	// docs/install.md, Install, step 4: the images, from the release's archives, on every node.
 	images := releaseImages(t, filepath.Join(release, "install.yaml"))
 	for _, n := range nodes {
 		for archive, ref := range images {
@@ -105,7 +105,7 @@ func TestInstall(t *testing.T) {
 		}
 	}
 
-	// README's commands, as they are written, in the release's directory.
+	// The page's commands, as they are written, in the release's directory.
 	kubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	if err := install.WriteKubeconfig(cp.AdminConfig(), kubeconfig); err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestInstall(t *testing.T) {
 	_, next := waitAnnounced(t, admin, announcer)
 	waitResolves(t, network, addr, next)
 
-	// README, Uninstall: the Services first, then everything install.yaml made.
+	// docs/install.md, Uninstall: the Services first, then everything install.yaml made.
 	if err := admin.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -349,27 +349,28 @@ func releaseImages(t *testing.T, path string) map[string]string {
 	return images
 }
 
-// readmeBlocks are the shell blocks of README's Install section that the test runs.
+// readmeBlocks are the shell blocks of the install page's Install section that the test
+// runs.
 type readmeBlocks struct {
 	probeKey, apply, uninstall string
 }
 
-// installBlocks reads the shell blocks of README's Install section: the probe key (step
-// 3), kubectl apply, and Uninstall's kubectl delete.
+// installBlocks reads the shell blocks of the Install section of docs/install.md: the
+// probe key (step 3), kubectl apply, and Uninstall's kubectl delete.
 func installBlocks(t *testing.T) readmeBlocks {
 	t.Helper()
 	root, err := install.ManifestsDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(root), "README.md"))
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(root), "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	section := string(data)
 	start := strings.Index(section, "\n## Install\n")
 	if start < 0 {
-		t.Fatal("README has no Install section")
+		t.Fatal("docs/install.md has no Install section")
 	}
 	section = section[start+1:]
 	if end := strings.Index(section, "\n## "); end >= 0 {
@@ -388,12 +389,12 @@ func installBlocks(t *testing.T) readmeBlocks {
 		}
 	}
 	if b.probeKey == "" || b.apply == "" || b.uninstall == "" {
-		t.Fatalf("README's Install section lacks a block of the probe key, kubectl apply or kubectl delete: %+v", b)
+		t.Fatalf("docs/install.md's Install section lacks a block of the probe key, kubectl apply or kubectl delete: %+v", b)
 	}
 	return b
 }
 
-// readmeShell returns a function that runs a block of README's commands with sh -e in
+// readmeShell returns a function that runs a block of the install page's commands with sh -e in
 // dir, with the tools module's kubectl on PATH, the admin kubeconfig, and an $EDITOR that
 // puts this test's cloud-config into install.yaml.
 func readmeShell(t *testing.T, dir, kubeconfig string) func(*testing.T, string) {
@@ -419,9 +420,9 @@ func readmeShell(t *testing.T, dir, kubeconfig string) func(*testing.T, string) 
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECONFIG="+kubeconfig, "EDITOR="+editor)
 		out, err := cmd.CombinedOutput()
-		t.Logf("README's\n%s\n%s", block, out)
+		t.Logf("docs/install.md's\n%s\n%s", block, out)
 		if err != nil {
-			t.Fatalf("README's commands failed: %v", err)
+			t.Fatalf("docs/install.md's commands failed: %v", err)
 		}
 	}
 }
@@ -501,12 +502,12 @@ func waitFor(t *testing.T, done func() (bool, error), what string, last ...*stri
 	}
 }
 
-// editInstallEnv, set, makes the test binary the $EDITOR of README's commands: it puts
+// editInstallEnv, set, makes the test binary the $EDITOR of the install page's commands: it puts
 // the test's cloud-config into the install.yaml it is given, as an operator does by hand.
 const editInstallEnv = "BAREMETAL_E2E_EDIT_INSTALL"
 
 // editInstall puts the test's cloud-config into the ConfigMap of the install.yaml at
-// path: what README's `$EDITOR install.yaml` asks of an operator.
+// path: what the page's `$EDITOR install.yaml` asks of an operator.
 func editInstall(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 
 func TestMain(m *testing.M) {
 	if os.Getenv(editInstallEnv) != "" {
-		// The $EDITOR of TestInstall's README commands, not a test run.
+		// The $EDITOR of TestInstall's docs/install.md commands, not a test run.
 		if err := editInstall(os.Args[len(os.Args)-1]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

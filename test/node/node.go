@@ -192,7 +192,7 @@ func (n *Node) wait(ctx context.Context, p *process.Process, check func() error)
 }
 
 // Ctr runs ctr against the node's containerd, in the namespace the CRI keeps its images
-// and containers in, as README's commands do on a node (`ctr -n k8s.io ...`), and returns
+// and containers in, as docs/install.md's commands do on a node (`ctr -n k8s.io ...`), and returns
 // its standard output.
 func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
 	bin, err := controlplane.Binary("ctr")
@@ -213,7 +213,7 @@ func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
 }
 
 // Import imports the OCI archive at path with `ctr -n k8s.io images import
-// --all-platforms`, as README says, and returns the name containerd gives the image: the
+// --all-platforms`, as docs/install.md says, and returns the name containerd gives the image: the
 // one its index.json says.
 func (n *Node) Import(ctx context.Context, path string) (string, error) {
 	name, err := archiveImage(path)

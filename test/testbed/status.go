@@ -18,7 +18,7 @@ import (
 // namespace (one per testbed, so testbeds never share it).
 const statusAddress = "127.0.0.1:7476"
 
-// Status is what the tests read of the ccm's /status.json: the fields the README
+// Status is what the tests read of the ccm's /status.json: the fields docs/operations.md
 // documents, decoded from the wire as an operator's tool would, not from the ccm's types.
 type Status struct {
 	Leader bool `json:"leader"`

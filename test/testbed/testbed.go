@@ -518,7 +518,7 @@ func WriteProbeKey(dir string) (string, *probe.Key, error) {
 }
 
 // WriteVerdictKeys writes a new Ed25519 key pair to files in dir, in the PEM forms openssl
-// writes them (README, Install), and returns the paths of the private and the public key,
+// writes them (docs/install.md, Install), and returns the paths of the private and the public key,
 // and the private key.
 func WriteVerdictKeys(dir string) (private, public string, signer *probe.Signer, err error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
