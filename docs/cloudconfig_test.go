@@ -139,6 +139,8 @@ func configFields(t *testing.T) []configField {
 	return out
 }
 
+// lowerFirst turns a Go name into the key the file uses for it, by the parser's
+// convention: ProbeInterval is probeInterval.
 func lowerFirst(s string) string {
 	if s == "" {
 		return s

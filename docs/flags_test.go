@@ -412,6 +412,8 @@ func TestFlagsAgent(t *testing.T) {
 	}
 }
 
+// sortedKeys returns the keys of m in order, so that messages come in the same order on
+// every run.
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

@@ -81,6 +81,7 @@ func anchors(lines []string) map[string]bool {
 	return out
 }
 
+// slugify is GitHub's anchor of a heading's text.
 func slugify(heading string) string {
 	heading = headingLinkRE.ReplaceAllString(heading, "$1")
 	var b strings.Builder

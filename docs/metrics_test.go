@@ -63,6 +63,7 @@ var constMetrics = map[string]string{
 	"MustNewConstSummary":        "summary",
 }
 
+// isConstMetric reports whether fn makes a metric of a Desc, which tells the Desc's type.
 func isConstMetric(fn string) bool {
 	_, ok := constMetrics[fn]
 	return ok
@@ -78,9 +79,11 @@ func codeMetrics(t *testing.T) (ms []metric, problems []string) {
 		problems = append(problems, p...)
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].name < ms[j].name })
+	sort.Strings(problems)
 	return ms, problems
 }
 
+// packageMetrics collects the metrics of one package; see codeMetrics.
 func packageMetrics(pkgs map[string]*goPackage, pkg *goPackage) (ms []metric, problems []string) {
 	// Descs are made in one place and used in another, maybe another file: their types
 	// are known once the whole package is read.
@@ -93,20 +96,22 @@ func packageMetrics(pkgs map[string]*goPackage, pkg *goPackage) (ms []metric, pr
 			return ok && f.isPkg(sel.X, metricsImport) && (name == "" || sel.Sel.Name == name)
 		}
 		used := make(map[*ast.CompositeLit]bool)
-		var descVar string
+		// descVars are the variables NewDesc calls are assigned to: Inspect visits the
+		// assignment before the call.
+		descVars := make(map[*ast.CallExpr]string)
 		ast.Inspect(f.ast, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.ValueSpec:
 				for i, v := range n.Values {
-					if c, ok := v.(*ast.CallExpr); ok && isMetrics(c.Fun, "NewDesc") && i < len(n.Names) {
-						descVar = n.Names[i].Name
+					if c, ok := v.(*ast.CallExpr); ok && i < len(n.Names) {
+						descVars[c] = n.Names[i].Name
 					}
 				}
 			case *ast.AssignStmt:
 				for i, v := range n.Rhs {
-					if c, ok := v.(*ast.CallExpr); ok && isMetrics(c.Fun, "NewDesc") && i < len(n.Lhs) {
+					if c, ok := v.(*ast.CallExpr); ok && i < len(n.Lhs) {
 						if id, ok := n.Lhs[i].(*ast.Ident); ok {
-							descVar = id.Name
+							descVars[c] = id.Name
 						}
 					}
 				}
@@ -122,12 +127,11 @@ func packageMetrics(pkgs map[string]*goPackage, pkg *goPackage) (ms []metric, pr
 					if m == nil {
 						return true
 					}
-					if descVar == "" {
-						problems = append(problems, fmt.Sprintf("%s: metric %s: the Desc is not assigned to a variable, so the test cannot tell its type from the metrics made of it", m.at, m.name))
+					if v, ok := descVars[n]; ok {
+						descs[v] = m
 					} else {
-						descs[descVar] = m
+						problems = append(problems, fmt.Sprintf("%s: metric %s: the Desc is not assigned to a variable, so the test cannot tell its type from the metrics made of it", m.at, m.name))
 					}
-					descVar = ""
 				case isConstMetric(fn):
 					if len(n.Args) == 0 {
 						break

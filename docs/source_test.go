@@ -41,7 +41,7 @@ var (
 	parseErr  error
 )
 
-// sourceDirs are the top-level directories whose code is no part of the programs: tools,
+// sourceSkip are the top-level directories whose code is no part of the programs: tools,
 // the tests that drive the binaries, and this package.
 var sourceSkip = map[string]bool{"hack": true, "test": true, "docs": true}
 
