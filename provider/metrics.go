@@ -39,7 +39,7 @@ var (
 	allocationRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      subsystem,
 		Name:           "address_refusals_total",
-		Help:           "Requests for addresses that were refused, by reason.",
+		Help:           "Requests for addresses that were refused, by reason: that of the Warning event the Service got (AddressInUse, PoolExhausted, AddressNotInPool, PoolNotAllowed, UnknownPool, FamilyNotOffered or InvalidLoadBalancerRequest).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	restoredServices = metrics.NewGauge(&metrics.GaugeOpts{

@@ -67,7 +67,7 @@ type Verdicts interface {
 var refusedAddresses = metrics.NewGaugeVec(&metrics.GaugeOpts{
 	Subsystem:      "baremetal_agent",
 	Name:           "refused_addresses",
-	Help:           "Addresses or Services that name this node as announcer but are not announced, by reason.",
+	Help:           "Addresses or Services that name this node as announcer but are not announced, by reason: NotInPool (outside every pool of the cloud-config), NodeNotSelected (the pool's nodeSelector does not select this node), NotAnAddress (an ingress entry that is no IP), NotLoadBalancer or OtherClass (a Service not of type LoadBalancer, or with a loadBalancerClass).",
 	StabilityLevel: metrics.ALPHA,
 }, []string{"reason"})
 
