@@ -169,6 +169,13 @@ bench-agent: tools build ## Real control plane, ~2 min: the agent's peak RSS wit
 bench-failover: deps tools build ## Root, ~27 min, through kube-proxy and pods: 20 failures in each case (node death v4/v6, with the ccm leader, with the API server stopped; 5 of a node announcing 5,000 Services); one table of min/p50/p99/max
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkFailover -benchtime=1x -timeout=90m ./test/e2e
 
+# How many runs make bench-bulk makes of the 5,000-Service case.
+BULK_RUNS ?= 10
+
+.PHONY: bench-bulk
+bench-bulk: deps tools build ## Root, ~10 min a run: bench-failover's 5,000-Service case alone, BULK_RUNS (10) times in a row, each on a cluster of its own; each run's table gives its live agents taken for down
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench='^BenchmarkFailover$$/^5000-services$$' -benchtime=1x -count=$(BULK_RUNS) -timeout=$$(( $(BULK_RUNS) * 20 ))m ./test/e2e
+
 # How long make bench-busy may run: enough for its default 10 minutes of pressure a case.
 BUSY_TIMEOUT ?= 90m
 
