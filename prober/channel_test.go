@@ -94,6 +94,7 @@ func TestForgedSignsOfLife(t *testing.T) {
 	defer conn.running.Unlock()
 	frozen := time.Now()
 	answered := rec.read()
+	answered = answered[max(0, len(answered)-5):] // enough to replay, few enough not to flood
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -102,7 +103,7 @@ func TestForgedSignsOfLife(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Millisecond):
+			case <-time.After(5 * time.Millisecond):
 			}
 			out, missed := s.noncesForTest()
 			for _, n := range out {
