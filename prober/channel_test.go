@@ -180,9 +180,10 @@ func TestLateAnswerCountsOnce(t *testing.T) {
 }
 
 // TestForgedPortUnreachable hands the prober what an ICMP port unreachable may quote:
-// garbage, a request made with another key, and requests of probes that ended already
-// (a replay, or the error arriving after the probe's answer). None ends a probe; only
-// the quote of a probe out, as the prober sent it, does.
+// garbage, a request made with another key, one cut short or one byte too long, and
+// requests of probes that ended already (a replay, or the error arriving after the
+// probe's answer). None ends a probe; only the quote of a probe out, as the prober sent
+// it, does.
 func TestForgedPortUnreachable(t *testing.T) {
 	cfg := config.Failover{ProbeInterval: time.Second, FailureThreshold: 3, BusyTimeout: time.Minute}
 	_, s, conn, rec, _ := frozenAgent(t, cfg)
@@ -206,6 +207,7 @@ func TestForgedPortUnreachable(t *testing.T) {
 	s.unreachable([]byte("not a probe at all"))
 	s.unreachable(request(other, out[0]))
 	s.unreachable(request(testKey, out[0])[:probe.RequestLen-1])
+	s.unreachable(append(request(testKey, out[0]), 0)) // oversized: no request is longer
 	for _, n := range ended {
 		s.unreachable(request(testKey, n))
 	}
