@@ -167,6 +167,9 @@ type pressure struct {
 	// longestRun is the longest of those runs, first failure to last.
 	longestRun     time.Duration
 	announcerAfter string
+	// stateLines are the ccm's log lines of agent state changes in the window, which say
+	// how each down came about (the last probe's outcome and round trip).
+	stateLines []string
 }
 
 // falseFailovers is how many times the Service's announcer moved while no node died:
@@ -198,6 +201,9 @@ func (p pressure) String() string {
 	}
 	if p.announcerAfter != p.node {
 		s += "; announcer after it: " + p.announcerAfter
+	}
+	if p.liveDowns() > 0 {
+		s += "; the ccm's agent state changes:\n" + strings.Join(p.stateLines, "")
 	}
 	return s
 }
@@ -245,6 +251,11 @@ func (c *cluster) underPressure(t testing.TB, ccm *process.Process, svc *corev1.
 	logs := ccm.Logs()
 	p.changes = len(logTimes(logs, start, end, `"Announcer changed"`, `service="`+svc.Namespace+"/"+svc.Name+`"`))
 	p.downs = map[string]int{}
+	for line := range strings.Lines(logs) {
+		if at := logTime(line, start, `"Agent state changed"`); !at.IsZero() && at.Before(end) {
+			p.stateLines = append(p.stateLines, line)
+		}
+	}
 	for _, h := range c.Net.Nodes {
 		if n := len(logTimes(logs, start, end, `"Agent state changed"`, `node="`+h.Label+`"`, `state="down"`)); n > 0 {
 			p.downs[h.Label] = n
