@@ -139,7 +139,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	responder, err := probe.NewResponder(o.nodeName, key, ccmKey)
+	responder, err := probe.NewResponder(o.nodeName, key, ccmKey, cfg.Failover.ProbeInterval)
 	if err != nil {
 		return fmt.Errorf("--node-name: %w", err)
 	}
@@ -193,7 +193,7 @@ func run(ctx context.Context, o options) error {
 	}
 	responder.SetCacheVersion(watcher.CacheVersion)
 	standbys.SetCacheVersion(watcher.CacheVersion)
-	watcher.SetDuties(responder, cfg.Failover.ProbeInterval+cfg.Failover.ProbeInterval/2)
+	watcher.SetDuties(responder)
 	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), probe.NewCollector(responder))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
 	legacyregistry.MustRegister(standby.Metrics()...)

@@ -15,6 +15,7 @@ func (k *Key) ParseRequest(b []byte) (Request, error) {
 	r := Request{Nonce: d.uint64(), Sender: Sender(d.byte()), Instance: d.uint64(), Counter: d.uint64(), Verdict: d.uint64()}
 	flags := d.byte()
 	r.DutyKnown = flags&flagDutyKnown != 0
+	r.Idle = flags&flagIdle != 0
 	r.Duty = Digest(d.uint64())
 	r.To, r.Echo = d.uint64(), d.uint64()
 	if err := d.end("request"); err != nil {
@@ -22,7 +23,7 @@ func (k *Key) ParseRequest(b []byte) (Request, error) {
 	}
 	// A bit this version does not know would be lost on the way through: refused, as the
 	// bytes after the end are, since a later version says so with its version byte.
-	if unknown := flags &^ flagDutyKnown; unknown != 0 {
+	if unknown := flags &^ (flagDutyKnown | flagIdle); unknown != 0 {
 		return Request{}, fmt.Errorf("%w: unknown request flags %#02x", ErrFormat, unknown)
 	}
 	if r.Sender != FromCCM && r.Sender != FromAgent {
@@ -45,6 +46,7 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 	flags := d.byte()
 	r.StandsDown = flags&flagStandsDown != 0
 	r.ConfirmedOnly = flags&flagConfirmedOnly != 0
+	r.TakesIdle = flags&flagTakesIdle != 0
 	r.Node = d.name()
 	r.Verdict = VerdictRef{Instance: d.uint64(), Seq: d.uint64()}
 	r.CacheVersion = d.uint64()

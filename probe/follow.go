@@ -9,12 +9,14 @@ import (
 const (
 	// ChallengeEvery is how often a responder changes the challenge its replies carry. A
 	// ccm's request echoes the challenge of the last reply it had, a probe interval or two
-	// before; the responder takes the last two challenges, so an echo is at most twice this
-	// old, and a request recorded earlier is no sign of a ccm's life.
+	// before; the responder takes the last two challenges, and none older than twice this
+	// or twice the gap between the ccm's requests, whichever is longer, so a request
+	// recorded earlier is no sign of a ccm's life.
 	ChallengeEvery = 500 * time.Millisecond
 	// CCMForgetAfter is how long the ccm instance an agent follows may be silent before the
-	// agent follows another: a new leader is heard within this bound after the old one
-	// falls silent, whatever either says on the wire.
+	// agent follows another, or SilentAfter the gap its last request promised if longer:
+	// a new leader is heard within this bound after the old one falls silent, whatever
+	// either says on the wire.
 	CCMForgetAfter = time.Second
 )
 
@@ -35,10 +37,12 @@ type challenges struct {
 	since     time.Time
 }
 
-// current returns the challenge to send at now, changing it every ChallengeEvery.
-func (c *challenges) current(now time.Time) uint64 {
+// current returns the challenge to send at now, changing it every ChallengeEvery. gap is
+// how long the ccm followed may take to send its next request: a challenge lives for
+// twice that at least, or a ccm probing every second would never echo a live one.
+func (c *challenges) current(now time.Time, gap time.Duration) uint64 {
 	switch age := now.Sub(c.since); {
-	case c.cur == 0 || age >= 2*ChallengeEvery:
+	case c.cur == 0 || age >= 2*max(ChallengeEvery, gap):
 		// Both are too old to be echoed by a ccm that is heard.
 		c.prev, c.cur, c.since = NewInstance(), NewInstance(), now
 	case age >= ChallengeEvery:
@@ -47,9 +51,10 @@ func (c *challenges) current(now time.Time) uint64 {
 	return c.cur
 }
 
-// echoed reports whether e is one of the last two challenges sent.
-func (c *challenges) echoed(e uint64, now time.Time) bool {
-	c.current(now)
+// echoed reports whether e is one of the last two challenges sent, and not too old for a
+// ccm whose requests come gap apart.
+func (c *challenges) echoed(e uint64, now time.Time, gap time.Duration) bool {
+	c.current(now, gap)
 	return e != 0 && (e == c.cur || e == c.prev)
 }
 
@@ -64,11 +69,11 @@ type follow struct {
 
 // take reports whether a fresh request of a ccm, echoing a recent challenge, is of the
 // instance followed, switching to it first when the one followed has been silent for
-// CCMForgetAfter; and whether it is the newest of that instance, whose duty digest and
-// verdict sequence hold.
-func (f *follow) take(instance, counter uint64, now time.Time) (followed, newest bool) {
+// CCMForgetAfter, or SilentAfter the gap it promised; and whether it is the newest of that
+// instance, whose duty digest and verdict sequence hold.
+func (f *follow) take(instance, counter uint64, now time.Time, gap time.Duration) (followed, newest bool) {
 	if instance != f.instance {
-		if f.instance != 0 && now.Sub(f.heard) < CCMForgetAfter {
+		if f.instance != 0 && now.Sub(f.heard) < max(CCMForgetAfter, SilentAfter(gap)) {
 			return false, false
 		}
 		*f = follow{instance: instance}

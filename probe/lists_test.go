@@ -14,7 +14,7 @@ import (
 func maxedResponder(t *testing.T, covers int) (*Responder, []uint64, []Unable) {
 	t.Helper()
 	node := strings.Repeat("n", maxNodeName)
-	r, err := NewResponder(node, testKey, testVerifier)
+	r, err := NewResponder(node, testKey, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,9 @@
 //	  13  8  instance: the sender's, chosen at random when its prober starts, never 0
 //	  21  8  counter, increasing with every request of the instance, from 1
 //	  29  8  sequence of the ccm's current verdict, 0 before its first
-//	  37  1  flags: bit 0 set when the duty digest is known; other bits 0
+//	  37  1  flags: bit 0 set when the duty digest is known; bit 1 set when the agent is
+//	         probed at the idle rate, its next request due within IdleFactor probe
+//	         intervals (sent only to an agent whose replies set their bit 2); other bits 0
 //	  38  8  duty digest: what the ccm expects this agent to announce (Digest)
 //	  46  8  to: the NodeTag of the node the request is for
 //	  54  8  echo: the challenge of the last reply the sender had from that node (0 for none)
@@ -34,7 +36,8 @@
 //	  20  1  state: 1 ready, 2 draining, 3 starting
 //	  21  1  flags: bit 0 set when the agent takes itself for down (it is in the verdict,
 //	         or an agent said it stands in for it) and announces nothing; bit 1 set when
-//	         it announces only what the ccm's duty confirms
+//	         it announces only what the ccm's duty confirms; bit 2 set when it takes
+//	         requests with the idle bit (agents of earlier releases refuse them)
 //	  22  n  the node name
 //	  ... 8  instance and 8 sequence of the verdict the agent holds (zeros for none)
 //	  ... 8  the resourceVersion its Service cache has reached (0 when unknown)
@@ -87,6 +90,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Version is the version of the wire format this package speaks.
@@ -101,7 +105,9 @@ const (
 
 	flagStandsDown    = 1 << 0
 	flagConfirmedOnly = 1 << 1
+	flagTakesIdle     = 1 << 2
 	flagDutyKnown     = 1 << 0
+	flagIdle          = 1 << 1
 
 	headerLen = 4
 	// RequestLen is the length of an encoded request.
@@ -188,7 +194,29 @@ type Request struct {
 	To uint64
 	// Echo is the Challenge of the last reply the sender had from that node, 0 for none.
 	Echo uint64
+	// Idle says the ccm probes the agent at the idle rate, as one in no Service's plan:
+	// its next request comes within IdleFactor probe intervals, and the agent takes the
+	// ccm for silent only after that. Set only for an agent whose replies say TakesIdle.
+	Idle bool
 }
+
+// IdleFactor is how many probe intervals apart the ccm probes an agent that announces
+// nothing and stands by for nothing: no address moves when it dies, and the ccm brings
+// its probes forward as soon as a plan names it.
+const IdleFactor = 10
+
+// Gap returns how long after a request of the ccm the next one comes at the latest,
+// probing every interval, or at the idle rate when idle.
+func Gap(interval time.Duration, idle bool) time.Duration {
+	if idle {
+		return IdleFactor * interval
+	}
+	return interval
+}
+
+// SilentAfter is how long an agent waits for the ccm's next request, due within gap,
+// before it takes the ccm for silent: half a gap more, for a request late on the way.
+func SilentAfter(gap time.Duration) time.Duration { return gap + gap/2 }
 
 // NodeTag is what a request carries to name the node it is for: the first 8 bytes of the
 // SHA-256 of the node's name. A fixed size keeps every request the same length.
@@ -238,6 +266,9 @@ type Reply struct {
 	// ConfirmedOnly says the agent announces only what the ccm's duty confirms: its own
 	// view has differed from the ccm's for too long, or its Service watch is broken.
 	ConfirmedOnly bool
+	// TakesIdle says the agent takes requests with the Idle flag: the ccm sets it for no
+	// other, as agents of earlier releases refuse a request with a flag they do not know.
+	TakesIdle bool
 	// Digest is the digest of the addresses the agent's own view gives it.
 	Digest Digest
 	// Unable are the pools and families the agent cannot announce now: this reply's share
@@ -279,6 +310,9 @@ func (k *Key) AppendRequest(b []byte, r Request) []byte {
 	if r.DutyKnown {
 		flags |= flagDutyKnown
 	}
+	if r.Idle {
+		flags |= flagIdle
+	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Duty))
 	b = binary.BigEndian.AppendUint64(b, r.To)
@@ -304,6 +338,9 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 	}
 	if r.ConfirmedOnly {
 		flags |= flagConfirmedOnly
+	}
+	if r.TakesIdle {
+		flags |= flagTakesIdle
 	}
 	b = append(b, byte(r.State), flags)
 	b = appendName(b, r.Node)

@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// testInterval is the probe interval of the tests' responders: the default.
+const testInterval = 100 * time.Millisecond
+
 // testKey is a key as an install would make it: the base64 of 32 random bytes.
 var testKey = mustKey("pqN1yG3lO2xZ0cB7v8W4eR6tY9uI5oP1aS3dF7gH2jK=\n")
 
@@ -30,18 +33,18 @@ func mustKey(s string) *Key {
 }
 
 func TestEncoding(t *testing.T) {
-	req := testKey.AppendRequest(nil, Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11, DutyKnown: true, Duty: 12, To: 13, Echo: 14})
-	want := []byte{'B', 'M', 6, 1, 1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 11, 1, 0, 0, 0, 0, 0, 0, 0, 12,
+	req := testKey.AppendRequest(nil, Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11, DutyKnown: true, Idle: true, Duty: 12, To: 13, Echo: 14})
+	want := []byte{'B', 'M', 6, 1, 1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 11, 3, 0, 0, 0, 0, 0, 0, 0, 12,
 		0, 0, 0, 0, 0, 0, 0, 13, 0, 0, 0, 0, 0, 0, 0, 14}
 	if len(req) != RequestLen || len(req) != len(want)+macLen || !bytes.HasPrefix(req, want) {
 		t.Errorf("request = % x, want % x and a 16-byte code", req, want)
 	}
 	unable := []Unable{{Pool: "p", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}
-	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, CacheVersion: 5, Covers: []uint64{0x62}, CoverSum: ListSum{Len: 300, Digest: 8}, Digest: 6, Unable: unable, UnableSum: ListSum{Len: 2, Digest: 9}})
+	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, TakesIdle: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, CacheVersion: 5, Covers: []uint64{0x62}, CoverSum: ListSum{Len: 300, Digest: 8}, Digest: 6, Unable: unable, UnableSum: ListSum{Len: 2, Digest: 9}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []byte{'B', 'M', 6, 2, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 7, 2, 3, 6, 'n', 'o', 'd', 'e', '-', 'a',
+	want = []byte{'B', 'M', 6, 2, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 7, 2, 7, 6, 'n', 'o', 'd', 'e', '-', 'a',
 		0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 5, 1, 44, 0, 0, 0, 0, 0, 0, 0, 8, 1, 0, 0, 0, 0, 0, 0, 0, 0x62,
 		0, 0, 0, 0, 0, 0, 0, 6, 2, 0, 0, 0, 0, 0, 0, 0, 9, 1, 6, 2, 1, 'p', 4, 'e', 't', 'h', '0'}
 	if len(reply) != len(want)+macLen || !bytes.HasPrefix(reply, want) {
@@ -61,11 +64,11 @@ func TestEncoding(t *testing.T) {
 	}
 
 	gotReq, err := testKey.ParseRequest(req)
-	if err != nil || gotReq != (Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11, DutyKnown: true, Duty: 12, To: 13, Echo: 14}) {
+	if err != nil || gotReq != (Request{Nonce: 0x0102030405060708, Sender: FromCCM, Instance: 9, Counter: 10, Verdict: 11, DutyKnown: true, Idle: true, Duty: 12, To: 13, Echo: 14}) {
 		t.Errorf("ParseRequest = %+v, %v", gotReq, err)
 	}
 	gotReply, err := testKey.ParseReply(reply)
-	if err != nil || !reflect.DeepEqual(gotReply, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, Verdict: VerdictRef{3, 4}, CacheVersion: 5, Covers: []uint64{0x62}, CoverSum: ListSum{Len: 300, Digest: 8}, Digest: 6, Unable: unable, UnableSum: ListSum{Len: 2, Digest: 9}}) {
+	if err != nil || !reflect.DeepEqual(gotReply, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, TakesIdle: true, Verdict: VerdictRef{3, 4}, CacheVersion: 5, Covers: []uint64{0x62}, CoverSum: ListSum{Len: 300, Digest: 8}, Digest: 6, Unable: unable, UnableSum: ListSum{Len: 2, Digest: 9}}) {
 		t.Errorf("ParseReply = %+v, %v", gotReply, err)
 	}
 }
@@ -248,7 +251,7 @@ func TestResponderServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewResponder("node-a", testKey, testVerifier)
+	r, err := NewResponder("node-a", testKey, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +303,7 @@ func TestResponderServe(t *testing.T) {
 		t.Error("reply carries no challenge")
 	}
 	got.Challenge = 0
-	if !reflect.DeepEqual(got, Reply{Nonce: 42, State: Ready, Node: "node-a"}) {
+	if !reflect.DeepEqual(got, Reply{Nonce: 42, State: Ready, Node: "node-a", TakesIdle: true}) {
 		t.Errorf("reply = %+v", got)
 	}
 	r.SetState(Draining)
@@ -316,7 +319,7 @@ func TestResponderServe(t *testing.T) {
 }
 
 func TestNewResponderRefusesBadName(t *testing.T) {
-	if _, err := NewResponder("", testKey, testVerifier); err == nil {
+	if _, err := NewResponder("", testKey, testVerifier, testInterval); err == nil {
 		t.Error("NewResponder(\"\") succeeded")
 	}
 }

@@ -37,6 +37,11 @@ type Responder struct {
 	challenges challenges
 	// follow is the ccm instance followed.
 	follow follow
+	// interval is the probe interval (failover.probeInterval), and idle whether the newest
+	// request of the ccm followed said the agent is probed at the idle rate: the next
+	// request is due within Gap of them.
+	interval time.Duration
+	idle     bool
 	// newestVerdict is the verdict the newest request of the ccm followed said it is at.
 	newestVerdict VerdictRef
 	verdict       Verdict
@@ -99,12 +104,13 @@ type Stats struct {
 
 // NewResponder returns a Responder for node, in state Ready, that answers the requests
 // authenticated with key, and takes the verdicts and duty lists that are also signed by a
-// key of ccm.
-func NewResponder(node string, key *Key, ccm *Verifier) (*Responder, error) {
+// key of ccm. interval is the ccm's probe interval (failover.probeInterval): how soon its
+// next request is due, unless a request says the agent is probed at the idle rate.
+func NewResponder(node string, key *Key, ccm *Verifier, interval time.Duration) (*Responder, error) {
 	if err := checkReply(Reply{State: Ready, Node: node}); err != nil {
 		return nil, err
 	}
-	r := &Responder{node: node, tag: NodeTag(node), key: key, ccm: ccm, refusals: rate.NewLimiter(1, 1)}
+	r := &Responder{node: node, tag: NodeTag(node), key: key, ccm: ccm, interval: interval, refusals: rate.NewLimiter(1, 1)}
 	r.state.Store(uint32(Ready))
 	return r, nil
 }
@@ -172,6 +178,14 @@ func (r *Responder) LastCCM() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
+}
+
+// SilentAfter returns how long after LastCCM the ccm followed is taken for silent: half a
+// gap more than its last request said the next may take (Gap).
+func (r *Responder) SilentAfter() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return SilentAfter(Gap(r.interval, r.idle))
 }
 
 // CCMVerdict returns the verdict the newest request of the ccm followed said it is at:
@@ -293,11 +307,12 @@ func (r *Responder) refuse(out []byte, nonce uint64) ([]byte, bool) {
 func (r *Responder) heard(req Request, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.challenges.echoed(req.Echo, now) {
+	gap := Gap(r.interval, r.idle)
+	if !r.challenges.echoed(req.Echo, now, gap) {
 		return
 	}
 	was := r.follow.instance
-	followed, newest := r.follow.take(req.Instance, req.Counter, now)
+	followed, newest := r.follow.take(req.Instance, req.Counter, now, gap)
 	if !followed {
 		return
 	}
@@ -307,6 +322,7 @@ func (r *Responder) heard(req Request, now time.Time) {
 	if newest {
 		r.newestVerdict = VerdictRef{Instance: req.Instance, Seq: req.Verdict}
 		r.expected, r.expectedKnown = req.Duty, req.DutyKnown
+		r.idle = req.Idle
 	}
 	r.lastCCM.Store(now.UnixNano())
 }
@@ -314,8 +330,8 @@ func (r *Responder) heard(req Request, now time.Time) {
 // reply appends the reply to req to b, and reports whether there is one to send.
 func (r *Responder) reply(b []byte, req Request, now time.Time) ([]byte, bool) {
 	r.mu.Lock()
-	reply := Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef,
-		ConfirmedOnly: r.confirmedOnly, Digest: r.digest}
+	reply := Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now, Gap(r.interval, r.idle)), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef,
+		ConfirmedOnly: r.confirmedOnly, Digest: r.digest, TakesIdle: true}
 	// The request's counter turns the shares: each prober's counters for this node are
 	// consecutive, so each prober gets every share in turn however many probe the node.
 	r.lists.fill(&reply, req.Counter)

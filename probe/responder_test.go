@@ -65,7 +65,7 @@ func (c *talker) ask(t *testing.T, req Request) Reply {
 
 func newTestResponder(t *testing.T) *Responder {
 	t.Helper()
-	r, err := NewResponder("node-a", testKey, testVerifier)
+	r, err := NewResponder("node-a", testKey, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func serveAgents(n, port int) int {
 	}
 	responders := make([]*probe.Responder, n)
 	for i := range n {
-		r, err := probe.NewResponder(fmt.Sprintf("node-%d", i), testKey, testVerifier)
+		r, err := probe.NewResponder(fmt.Sprintf("node-%d", i), testKey, testVerifier, testInterval)
 		if err != nil {
 			return fail(err)
 		}

@@ -88,7 +88,7 @@ func responder(t *testing.T, node, addr string) (r *probe.Responder, stop func()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err = probe.NewResponder(node, testKey, testVerifier)
+	r, err = probe.NewResponder(node, testKey, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +193,9 @@ func waitState(t *testing.T, p *Prober, changes chan string, node string, want S
 }
 
 // testKey is the probe key of the agents and the prober of these tests.
+// testInterval is the probe interval the tests' responders expect: the default.
+const testInterval = 100 * time.Millisecond
+
 var testKey = func() *probe.Key {
 	k, err := probe.ParseKey([]byte("a probe key for the prober's tests, long enough\n"))
 	if err != nil {
@@ -284,7 +287,7 @@ func TestAgentWithAnotherKeyRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	agent, err := probe.NewResponder("node-a", other, testVerifier)
+	agent, err := probe.NewResponder("node-a", other, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}

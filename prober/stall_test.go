@@ -54,7 +54,7 @@ func freezableAgent(t *testing.T) (port int, conn *freezableConn, rec *recording
 	t.Cleanup(func() { pc.Close() })
 	rec = &recordingConn{PacketConn: pc}
 	conn = &freezableConn{PacketConn: rec, requests: make(chan struct{}, 1)}
-	r, err := probe.NewResponder("node-a", testKey, testVerifier)
+	r, err := probe.NewResponder("node-a", testKey, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,10 @@ type Duties interface {
 	Expected() (probe.Digest, bool)
 	// Duty returns the newest duty list taken, or nil.
 	Duty() *probe.Duty
-	// LastCCM returns when a ccm was last heard.
+	// LastCCM returns when a ccm was last heard, and SilentAfter how long after that it
+	// is taken for silent.
 	LastCCM() time.Time
+	SilentAfter() time.Duration
 	// SetView sets what the replies say of the agent's own view.
 	SetView(digest probe.Digest, confirmedOnly bool)
 	// OnDuty registers a function called after every duty list taken.
@@ -50,17 +52,16 @@ type dutyCheck struct {
 }
 
 // SetDuties makes the watcher compare its view with the ccm's duty that d receives, and
-// announce only what the duty confirms when it cannot trust its own view. silentAfter is
-// how long after the last ccm request no ccm is taken to be heard: then there is no duty
-// to compare with. Call it before Run.
-func (w *Watcher) SetDuties(d Duties, silentAfter time.Duration) {
-	w.duties, w.silentAfter = d, silentAfter
+// announce only what the duty confirms when it cannot trust its own view. While no ccm is
+// heard (d.SilentAfter), there is no duty to compare with. Call it before Run.
+func (w *Watcher) SetDuties(d Duties) {
+	w.duties = d
 	d.OnDuty(func() { w.queue.Add(everything) })
 }
 
 // expected returns the ccm's duty digest, if a ccm is heard that knows one.
 func (w *Watcher) expected() (probe.Digest, bool) {
-	if w.duties == nil || time.Since(w.duties.LastCCM()) > w.silentAfter {
+	if w.duties == nil || time.Since(w.duties.LastCCM()) > w.duties.SilentAfter() {
 		return 0, false
 	}
 	return w.duties.Expected()

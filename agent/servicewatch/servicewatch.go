@@ -100,9 +100,8 @@ type Watcher struct {
 	// parsed keeps the Services' requests; only sync touches it.
 	parsed annotation.Cache
 	// duties, if set, is the ccm's duty to compare the own view with.
-	duties      Duties
-	silentAfter time.Duration
-	check       dutyCheck
+	duties Duties
+	check  dutyCheck
 }
 
 // Drain keeps announcing every address announced so far, and adds those that come, until

@@ -3,7 +3,8 @@
 //
 // The ccm's verdict, taken by the probe responder, names the nodes taken for down; an
 // agent announces the addresses of a Service whose plan (announcer, then standbys) it is
-// the first live node of. When no ccm has been heard for a probe interval and a half (the
+// the first live node of. When no ccm has been heard for a probe interval and a half, or
+// ten times that for an agent the ccm probes at the idle rate (probe.SilentAfter; the
 // leader died, perhaps with the node it ran on; an election is under way; the API server
 // is away and no ccm leads), the agent probes the nodes ahead of it in the plans, with
 // the same authenticated probes, and takes a node that fails them for down too, until a
@@ -30,6 +31,7 @@ import (
 type Responder interface {
 	Verdict() probe.Verdict
 	LastCCM() time.Time
+	SilentAfter() time.Duration
 	Unread() bool
 	OnVerdict(func())
 	SetCovers([]string)
@@ -83,7 +85,7 @@ var (
 	ccmSilent = metrics.NewGauge(&metrics.GaugeOpts{
 		Subsystem:      "baremetal_agent",
 		Name:           "ccm_silent",
-		Help:           "1 while no ccm has been heard for a probe interval and a half, and the agent checks the nodes it backs up itself; else 0.",
+		Help:           "1 while no ccm has been heard for a probe interval and a half (ten times that while the ccm probes this agent at the idle rate), and the agent checks the nodes it backs up itself; else 0.",
 		StabilityLevel: metrics.ALPHA,
 	})
 	downNodes = metrics.NewGauge(&metrics.GaugeOpts{
@@ -240,7 +242,8 @@ func (s *Standby) SetCovers(nodes []string) { s.responder.SetCovers(nodes) }
 
 // Run follows whether a ccm is heard until ctx ends, and checks the peers while none is.
 func (s *Standby) Run(ctx context.Context) {
-	silentAfter := s.interval + s.interval/2
+	// A tick later than this came from a process short of CPU.
+	lateTick := probe.SilentAfter(s.interval) / 2
 	tick := time.NewTicker(s.interval / 4)
 	defer tick.Stop()
 	stopPeers := func() {}
@@ -255,13 +258,13 @@ func (s *Standby) Run(ctx context.Context) {
 		s.confirm()
 		last := s.responder.LastCCM()
 		now := time.Now()
-		silent := now.Sub(last) > silentAfter
+		silent := now.Sub(last) > s.responder.SilentAfter()
 		// A process short of CPU (its node's cores all busy, its quota spent) hears the
 		// ccm late, not never: the ccm's requests wait in its socket. Silence is not
 		// taken from a tick that came late, nor while datagrams wait unread, or this
 		// agent would check its peers, at a cost it can least afford then, each time it
 		// runs late.
-		stalled := now.Sub(prevTick) > silentAfter/2
+		stalled := now.Sub(prevTick) > lateTick
 		prevTick = now
 		s.mu.Lock()
 		if silent && !s.silent && (stalled || s.responder.Unread()) {

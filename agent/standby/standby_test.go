@@ -33,6 +33,8 @@ func (r *fakeResponder) Verdict() probe.Verdict {
 
 func (r *fakeResponder) Unread() bool { return false }
 
+func (r *fakeResponder) SilentAfter() time.Duration { return probe.SilentAfter(20 * time.Millisecond) } // New's interval, below
+
 func (r *fakeResponder) LastCCM() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -178,7 +178,7 @@ func (e *env) startPeers(b *testing.B, key *probe.Key, ccm *probe.Verifier) int 
 				break
 			}
 			conns = append(conns, conn)
-			r, err := probe.NewResponder(name, key, ccm)
+			r, err := probe.NewResponder(name, key, ccm, 100*time.Millisecond)
 			if err != nil {
 				b.Fatal(err)
 			}

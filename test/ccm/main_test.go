@@ -205,7 +205,7 @@ func (a *agent) start() error {
 	if err != nil {
 		return err
 	}
-	r, err := probe.NewResponder(a.node, a.key, a.ccm)
+	r, err := probe.NewResponder(a.node, a.key, a.ccm, 100*time.Millisecond)
 	if err != nil {
 		conn.Close()
 		return err
