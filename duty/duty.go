@@ -13,6 +13,7 @@ package duty
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -60,7 +61,23 @@ type Tracker struct {
 	at     probe.VerdictRef
 	byNode map[string][]netip.Addr
 	digest map[string]probe.Digest
+
+	// planned are the nodes some plan names; read without the lock by the prober's
+	// scheduler, which looks at it on every round.
+	planned atomic.Pointer[Planned]
 }
+
+// Planned is the set of nodes some published plan names, as announcer or standby: the
+// nodes whose death moves an address, which the ccm probes at the full rate.
+type Planned struct {
+	// Nodes are the nodes named; nil while not known, when every node counts as named.
+	Nodes map[string]bool
+	// Version increases with every change of Nodes, from 1 once known.
+	Version uint64
+}
+
+// Named reports whether a plan names node, or the plans are not known yet.
+func (p *Planned) Named(node string) bool { return p == nil || p.Nodes == nil || p.Nodes[node] }
 
 // New returns a Tracker over the Services and Nodes of the informers and the verdicts of
 // verdicts. It computes nothing before Run.
@@ -127,6 +144,9 @@ func (t *Tracker) List(node string) ([]netip.Addr, probe.Digest, bool) {
 	return t.byNode[node], t.digest[node], t.known
 }
 
+// Planned returns the nodes some plan names now; nil before the caches synced.
+func (t *Tracker) Planned() *Planned { return t.planned.Load() }
+
 // Run computes the duties whenever the Services, the Nodes' labels, the cloud-config or
 // the verdict change, until ctx ends.
 func (t *Tracker) Run(ctx context.Context) {
@@ -174,7 +194,9 @@ func (t *Tracker) compute(v probe.Verdict) {
 	for _, n := range v.Down {
 		down[n] = true
 	}
-	byNode := desired.Assignments(t.parsed.Requests(services), t.cfg.Load(), t.labelsOf, func(n string) bool { return down[n] })
+	requests := t.parsed.Requests(services)
+	byNode := desired.Assignments(requests, t.cfg.Load(), t.labelsOf, func(n string) bool { return down[n] })
+	t.setPlanned(requests)
 	digest := make(map[string]probe.Digest, len(byNode))
 	for node, addrs := range byNode {
 		digest[node] = probe.DigestOf(addrs)
@@ -183,6 +205,27 @@ func (t *Tracker) compute(v probe.Verdict) {
 	defer t.mu.Unlock()
 	t.byNode, t.digest, t.at = byNode, digest, v.VerdictRef
 	t.known = v.Seq != 0
+}
+
+// setPlanned publishes the nodes the requests' plans name, as a new version if they changed.
+func (t *Tracker) setPlanned(requests []*annotation.Request) {
+	nodes := map[string]bool{}
+	for _, r := range requests {
+		if r.Announced() {
+			for _, n := range r.Plan() {
+				nodes[n] = true
+			}
+		}
+	}
+	old := t.planned.Load()
+	if old != nil && maps.Equal(old.Nodes, nodes) {
+		return
+	}
+	var version uint64 = 1
+	if old != nil {
+		version = old.Version + 1
+	}
+	t.planned.Store(&Planned{Nodes: nodes, Version: version})
 }
 
 func (t *Tracker) labelsOf(node string) labels.Set {

@@ -107,3 +107,57 @@ func TestTrackerFollowsPlansAndVerdict(t *testing.T) {
 	want("a moved", "n2", "198.51.100.1", "198.51.100.2")
 	want("a moved", "n1")
 }
+
+// TestTrackerPlanned checks that the nodes some plan names, as announcer or standby, are
+// published, with a new version only when they change, whatever the verdict.
+func TestTrackerPlanned(t *testing.T) {
+	cfg, err := config.Parse("cloud-config", []byte("pools:\n- name: p\n  addresses: [198.51.100.0/24]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(service("a", "198.51.100.1", "n1", "n2,n3"), service("b", "198.51.100.2", "n2"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	tr := New(cfg, factory.Core().V1().Services(), factory.Core().V1().Nodes(), &fakeVerdicts{})
+	if p := tr.Planned(); !p.Named("n9") {
+		t.Error("before the caches synced, a node counts as named in no plan")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	go tr.Run(ctx)
+	var p *Planned
+	wait := func(what string, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			p = tr.Planned()
+			if p != nil && len(p.Nodes) == len(want) && !slices.ContainsFunc(want, func(n string) bool { return !p.Named(n) }) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: planned %+v, want %v", what, p, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wait("at the start", "n1", "n2", "n3")
+	first := p.Version
+	if p.Named("n4") {
+		t.Error("n4, in no plan, counts as named")
+	}
+	// A change of what the plans do not hold: the same set, the same version.
+	other := service("b", "198.51.100.2", "n2")
+	other.ResourceVersion, other.Labels = "2", map[string]string{"x": "y"}
+	if _, err := client.CoreV1().Services("ns").Update(ctx, other, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	moved := service("a", "198.51.100.1", "n4")
+	moved.ResourceVersion = "3"
+	if _, err := client.CoreV1().Services("ns").Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("a moved to n4", "n2", "n4")
+	if p.Version != first+1 {
+		t.Errorf("version %d after one change of the set from %d, want %d", p.Version, first, first+1)
+	}
+}

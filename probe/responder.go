@@ -307,12 +307,13 @@ func (r *Responder) refuse(out []byte, nonce uint64) ([]byte, bool) {
 func (r *Responder) heard(req Request, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	gap := Gap(r.interval, r.idle)
-	if !r.challenges.echoed(req.Echo, now, gap) {
+	// The challenge echoed was sent with the reply to the request before this one, which
+	// promised the same gap as this one: an agent that just started takes it from there.
+	if !r.challenges.echoed(req.Echo, now, Gap(r.interval, req.Idle)) {
 		return
 	}
 	was := r.follow.instance
-	followed, newest := r.follow.take(req.Instance, req.Counter, now, gap)
+	followed, newest := r.follow.take(req.Instance, req.Counter, now, Gap(r.interval, r.idle))
 	if !followed {
 		return
 	}
@@ -330,7 +331,7 @@ func (r *Responder) heard(req Request, now time.Time) {
 // reply appends the reply to req to b, and reports whether there is one to send.
 func (r *Responder) reply(b []byte, req Request, now time.Time) ([]byte, bool) {
 	r.mu.Lock()
-	reply := Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now, Gap(r.interval, r.idle)), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef,
+	reply := Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now, Gap(r.interval, req.Idle)), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef,
 		ConfirmedOnly: r.confirmedOnly, Digest: r.digest, TakesIdle: true}
 	// The request's counter turns the shares: each prober's counters for this node are
 	// consecutive, so each prober gets every share in turn however many probe the node.

@@ -30,6 +30,9 @@ const (
 	benchRole   = "PROBER_BENCH_ROLE"
 	benchNetns  = "PROBER_BENCH_NETNS"
 	benchAgents = 5000
+	// benchPlanned is how many of the agents a plan names (PROBER_BENCH_PLANNED): one in
+	// five, as many as the plans of 333 Services, three nodes each, name at most.
+	benchPlanned = 1000
 	netnsName   = "baremetal-prober-bench"
 )
 
@@ -107,6 +110,13 @@ func benchProber(b *testing.B) {
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
 	cfg := config.Failover{ProbeInterval: 100 * time.Millisecond, FailureThreshold: 3, AgentPort: port, IsolationShare: config.DefaultIsolationShare}
 	p := New(cfg, testKey, testSigner, factory.Core().V1().Nodes(), probe.FromCCM)
+	// Every node counts as named in a plan until the plans are set, below.
+	plans := &plans{}
+	p.SetDuties(plans)
+	planned := min(benchPlanned, n)
+	if v, err := strconv.Atoi(os.Getenv("PROBER_BENCH_PLANNED")); err == nil && v >= 0 {
+		planned = min(v, n)
+	}
 	// A listener must not block the prober: room for many downs, and the rest counted.
 	downs := make(chan down, 20*n)
 	var overflow atomic.Int64
@@ -147,6 +157,22 @@ func benchProber(b *testing.B) {
 		u.cores, u.rate = u.user+u.system, (counter(probesSent)-sent)/wall.Seconds()
 		return u
 	}
+	// Every agent at the full rate, as when every node is named in a plan; then the first
+	// planned nodes only, the others idle.
+	full := measure(10 * time.Second)
+	var named []string
+	for i := range planned {
+		named = append(named, fmt.Sprintf("node-%d", i))
+	}
+	plans.set(1, named...)
+	deadline := time.Now().Add(2 * probe.Gap(cfg.ProbeInterval, true))
+	for gauge(idleAgents) != float64(n-planned) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%v agents idle, want %d", gauge(idleAgents), n-planned)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
 	alone := measure(10 * time.Second)
 	stopSpin := spin(b)
 	busy := measure(10 * time.Second)
@@ -156,8 +182,12 @@ func benchProber(b *testing.B) {
 		b.Logf("false down: %v", <-downs)
 	}
 
-	b.Logf("prober CPU %.3f cores (%.3f user, %.3f system) at %.0f probes/s (%.1f µs a probe); with the other core busy %.3f cores at %.0f probes/s; %d false downs",
-		alone.cores, alone.user, alone.system, alone.rate, alone.cores/alone.rate*1e6, busy.cores, busy.rate, falseDowns)
+	b.Logf("every agent at the full rate: prober CPU %.3f cores (%.3f user, %.3f system) at %.0f probes/s (%.1f µs a probe)",
+		full.cores, full.user, full.system, full.rate, full.cores/full.rate*1e6)
+	b.Logf("%d of %d agents named in a plan, the others idle: prober CPU %.3f cores (%.3f user, %.3f system) at %.0f probes/s (%.1f µs a probe); with the other core busy %.3f cores at %.0f probes/s; %d false downs",
+		planned, n, alone.cores, alone.user, alone.system, alone.rate, alone.cores/alone.rate*1e6, busy.cores, busy.rate, falseDowns)
+	b.ReportMetric(full.cores, "cores-all-planned")
+	b.ReportMetric(full.rate, "probes/s-all-planned")
 	b.ReportMetric(alone.cores, "cores")
 	b.ReportMetric(alone.user, "cores-user")
 	b.ReportMetric(alone.system, "cores-system")
@@ -170,7 +200,7 @@ func benchProber(b *testing.B) {
 	// meanwhile is a false down too.
 	var took []time.Duration
 	for k := range 20 {
-		i := (17 + 241*k) % n
+		i := (17 + 241*k) % max(planned, 1) // an agent named in a plan, probed at the full rate
 		time.Sleep(time.Duration(rand.N(100)) * time.Millisecond)
 		census, drops := counter(censuses), udpDrops()
 		stopped := sim.stop(b, i)
@@ -274,6 +304,11 @@ func udpDrops() int {
 		}
 	}
 	return 0
+}
+
+func gauge(g metrics.GaugeMetric) float64 {
+	v, _ := testutil.GetGaugeMetricValue(g)
+	return v
 }
 
 func counter(c metrics.CounterMetric) float64 {

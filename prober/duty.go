@@ -8,17 +8,19 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
-// Duties is what the ccm's prober needs to know of what each agent should announce: a
-// *duty.Tracker.
+// Duties is what the ccm's prober needs to know of what each agent should announce, and
+// which nodes a plan names: a *duty.Tracker.
 type Duties interface {
+	Plans
 	// Duty returns the digest of node's duty, and whether it is known.
 	Duty(node string) (probe.Digest, bool)
 	// List returns node's duty, its digest, and whether it is known.
 	List(node string) ([]netip.Addr, probe.Digest, bool)
 }
 
-// SetDuties makes the ccm's requests carry the digest of each agent's duty, and the
-// prober send the list to an agent whose own view differs. Call it before Run.
+// SetDuties makes the ccm's requests carry the digest of each agent's duty, the prober
+// send the list to an agent whose own view differs, and probe at the idle rate the agents
+// no plan names. Call it before Run.
 func (p *Prober) SetDuties(d Duties) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

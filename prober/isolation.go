@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 )
 
 // Isolation is what the ccm's prober makes of many agents lost at once: when more than
@@ -132,8 +134,9 @@ func (s *sched) forgetLocked(a *agentProbe) {
 }
 
 // censusLocked makes sure every agent not lost nor down has had a probe sent at ref or
-// later before an agent that missed a probe sent at ref is judged. The probes are brought forward at
-// most once per interval; otherwise they come in their turn, within an interval.
+// later before an agent that missed a probe sent at ref is judged. The probes are brought
+// forward at most once per interval; otherwise they come in their turn of the full-rate
+// cycle, within an interval.
 func (s *sched) censusLocked(ref, now time.Time) {
 	if s.iso.awaiting != nil && !ref.After(s.iso.ref) {
 		return // under way, or done, for this agent
@@ -158,6 +161,14 @@ func (s *sched) censusLocked(ref, now time.Time) {
 		for b := range s.iso.awaiting {
 			s.bringForwardLocked(b, s.iso.ref, now.Add(time.Duration(k)*s.rapid/n))
 			k++
+		}
+	} else {
+		// An idle agent's turn may be IdleFactor intervals away: at its place in the
+		// full-rate cycle instead, so that the judgement waits an interval at most.
+		for b := range s.iso.awaiting {
+			if b.idle {
+				s.bringForwardLocked(b, s.iso.ref, cycle.Next(s.epoch, now, b.phase, s.cfg.ProbeInterval))
+			}
 		}
 	}
 	klog.V(4).InfoS("Probing every agent before judging a missing one", "awaiting", len(s.iso.awaiting), "broughtForward", force)

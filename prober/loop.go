@@ -14,6 +14,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
@@ -73,6 +74,10 @@ type sched struct {
 	effects  []effect
 	iso      isolation
 	sendErrs sendErrors
+	// plans are the duty tracker's, nil for an agent's prober; planned the nodes named
+	// as the scheduler last took them.
+	plans   Plans
+	planned *duty.Planned
 }
 
 // newSched opens the sockets of a Run.
@@ -84,6 +89,9 @@ func newSched(p *Prober) (*sched, error) {
 		iso: isolation{lost: map[*agentProbe]bool{}, gated: map[*agentProbe]bool{}},
 	}
 	if p.sender == probe.FromCCM {
+		if p.duties != nil {
+			s.plans = p.duties
+		}
 		s.share = p.cfg.IsolationShare
 		if s.share == 0 {
 			s.share = config.DefaultIsolationShare
@@ -140,6 +148,7 @@ func (s *sched) add(a *agentProbe) {
 	defer s.mu.Unlock()
 	now := time.Now()
 	a.idx, a.phase = -1, cycle.Phase(a.node, s.cfg.ProbeInterval)
+	a.idlePhase = cycle.Phase(a.node, probe.Gap(s.cfg.ProbeInterval, true))
 	s.agents[a] = true
 	first := cycle.Next(s.epoch, now, a.phase, s.cfg.ProbeInterval)
 	if s.p.sender != probe.FromCCM {
@@ -159,6 +168,7 @@ func (s *sched) remove(a *agentProbe) {
 		delete(s.pending, a.nonce)
 	}
 	wasBusy := a.busyEpisode()
+	s.setIdleLocked(a, false)
 	delete(s.agents, a)
 	s.forgetLocked(a)
 	s.forgetLateLocked(a)
@@ -197,6 +207,7 @@ func (s *sched) run(ctx context.Context) {
 			s.resumeLocked(wakeAt, now)
 		}
 		s.sendErrs.flush(now)
+		s.replanLocked(now)
 		jobs = jobs[:0]
 		unread := -1 // not asked yet
 		for len(s.heap) > 0 && !s.heap[0].due.After(now) {
@@ -230,9 +241,10 @@ func (s *sched) run(ctx context.Context) {
 			}
 			a.deadline = now.Add(wait)
 			s.setDueLocked(a, a.deadline)
+			s.setIdleLocked(a, s.idleLocked(a))
 			// An agent that missed a probe has its node asked too, with this probe's
 			// nonce.
-			jobs = append(jobs, job{a, a.nonce, a.health.misses > 0 && s.echo != nil})
+			jobs = append(jobs, job{a, a.nonce, a.health.misses > 0 && s.echo != nil, a.idle})
 		}
 		sleep := time.Hour
 		if len(s.heap) > 0 {
@@ -275,11 +287,13 @@ func (s *sched) resumeLocked(wakeAt, now time.Time) {
 	klog.V(2).InfoS("Prober ran late; the probes out wait again", "late", now.Sub(wakeAt), "probesOut", len(s.pending), "extended", extended)
 }
 
-// job is a probe to send, and whether an echo request goes with it.
+// job is a probe to send, whether an echo request goes with it, and whether it says the
+// agent is probed at the idle rate.
 type job struct {
 	a     *agentProbe
 	nonce uint64
 	echo  bool
+	idle  bool
 }
 
 // send sends the probes of jobs, a batch per socket.
@@ -297,6 +311,7 @@ func (s *sched) send(jobs []job, batches [][]job) {
 			}
 		}
 		r := s.p.request(j.a, j.nonce)
+		r.Idle = j.idle
 		w := s.writers[j.a.sock]
 		if !w.fits(j.a.addr) {
 			b := s.p.key.AppendRequest(nil, r)
@@ -406,6 +421,7 @@ func (s *sched) take(conn *net.UDPConn, b []byte) {
 		return
 	}
 	a.challenge.Store(reply.Challenge)
+	a.takesIdle.Store(reply.TakesIdle)
 	if stale {
 		// It holds an older verdict: it missed one.
 		sent := true

@@ -139,6 +139,6 @@ var registerOnce sync.Once
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(probesSent, probeSendErrors, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, refusals, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls,
-			echoesSent, echoReplies, lateAnswers, unreachables, busyAgents)
+			echoesSent, echoReplies, lateAnswers, unreachables, busyAgents, idleAgents)
 	})
 }

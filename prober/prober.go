@@ -149,6 +149,8 @@ type agentProbe struct {
 	// challenge the challenge of its agent's last reply, which the next request echoes.
 	tag                uint64
 	counter, challenge atomic.Uint64
+	// takesIdle says the agent's last reply said it takes requests with the idle flag.
+	takesIdle atomic.Bool
 	slot
 }
 

@@ -192,10 +192,10 @@ func waitState(t *testing.T, p *Prober, changes chan string, node string, want S
 	}
 }
 
-// testKey is the probe key of the agents and the prober of these tests.
 // testInterval is the probe interval the tests' responders expect: the default.
 const testInterval = 100 * time.Millisecond
 
+// testKey is the probe key of the agents and the prober of these tests.
 var testKey = func() *probe.Key {
 	k, err := probe.ParseKey([]byte("a probe key for the prober's tests, long enough\n"))
 	if err != nil {

@@ -44,6 +44,10 @@ type slot struct {
 	census bool
 	// removed says the agent is probed no more.
 	removed bool
+	// idle says the last probe sent told the agent it is probed at the idle rate, and
+	// idlePhase is its offset in that cycle.
+	idle      bool
+	idlePhase time.Duration
 	signs
 }
 
@@ -119,8 +123,10 @@ func (s *sched) nextProbeLocked(a *agentProbe, now time.Time, sendErr bool) {
 		next = a.sent.Add(s.rapid)
 	default:
 		// Back to the agent's place in the cycle, at least half an interval on, so that a
-		// probe answered after rapid ones is not followed by another at once.
-		next = cycle.Next(s.epoch, a.sent.Add(s.cfg.ProbeInterval/2), a.phase, s.cfg.ProbeInterval)
+		// probe answered after rapid ones is not followed by another at once; an idle
+		// agent's cycle is IdleFactor intervals long.
+		interval, phase := s.cadence(a)
+		next = cycle.Next(s.epoch, a.sent.Add(interval/2), phase, interval)
 	}
 	s.setDueLocked(a, later(next, now))
 }
