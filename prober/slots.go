@@ -123,10 +123,12 @@ func (s *sched) nextProbeLocked(a *agentProbe, now time.Time, sendErr bool) {
 		next = a.sent.Add(s.rapid)
 	default:
 		// Back to the agent's place in the cycle, at least half an interval on, so that a
-		// probe answered after rapid ones is not followed by another at once; an idle
-		// agent's cycle is IdleFactor intervals long.
+		// probe answered after rapid ones is not followed by another at once. An idle
+		// agent's cycle is IdleFactor intervals long: its next probe comes within that and
+		// half an interval, far from the 1.5 cycles after which the agent takes the ccm for
+		// silent.
 		interval, phase := s.cadence(a)
-		next = cycle.Next(s.epoch, a.sent.Add(interval/2), phase, interval)
+		next = cycle.Next(s.epoch, a.sent.Add(s.cfg.ProbeInterval/2), phase, interval)
 	}
 	s.setDueLocked(a, later(next, now))
 }
