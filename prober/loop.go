@@ -28,10 +28,12 @@ func sockets(sender probe.Sender) int {
 	return 1
 }
 
-// minSleep is the shortest wait of the scheduler: waking up for every one of thousands of
-// probes would cost more than the probes. Probes are sent at most this late, and a miss
-// is taken at most this late, which only lengthens the time an answer may take.
-const minSleep = 500 * time.Microsecond
+// maxLeastSleep bounds the shortest wait of the scheduler (sched.leastSleep): waking up
+// for every one of thousands of probes would cost more than the probes, and each wake-up
+// costs its system calls and goroutine switches whatever its batch holds. Probes are sent
+// at most this late, and a miss is taken at most this late, which only lengthens the time
+// an answer may take; a tenth of the answer's own time at most, for short intervals.
+const maxLeastSleep = 2 * time.Millisecond
 
 // readBuffer is the receive buffer asked for each socket.
 const readBuffer = 4 << 20
@@ -50,8 +52,8 @@ type sched struct {
 	// epoch is the origin of the agents' phases.
 	epoch time.Time
 	// timeout is the time an answer may take; rapid the time between the probes of an
-	// agent that missed one.
-	timeout, rapid time.Duration
+	// agent that missed one; leastSleep the scheduler's shortest wait.
+	timeout, rapid, leastSleep time.Duration
 	// share is the share of the agents that must be lost at once for the prober to take
 	// it for its own isolation; 0 when it never does (an agent's prober).
 	share float64
@@ -84,7 +86,7 @@ type sched struct {
 func newSched(p *Prober) (*sched, error) {
 	s := &sched{
 		p: p, cfg: p.cfg, epoch: time.Now(), wake: make(chan struct{}, 1),
-		timeout: p.cfg.ProbeInterval / 4, rapid: min(rapidInterval, p.cfg.ProbeInterval),
+		timeout: p.cfg.ProbeInterval / 4, rapid: min(rapidInterval, p.cfg.ProbeInterval), leastSleep: min(maxLeastSleep, p.cfg.ProbeInterval/40),
 		live: livenessOf(p.cfg), agents: map[*agentProbe]bool{}, pending: map[uint64]*agentProbe{}, late: map[uint64]*agentProbe{},
 		iso: isolation{lost: map[*agentProbe]bool{}, gated: map[*agentProbe]bool{}},
 	}
@@ -220,7 +222,7 @@ func (s *sched) run(ctx context.Context) {
 					// Answers wait in a socket: this process is behind in reading them
 					// (a busy host, thousands of answers after a stall), and the one to
 					// a.nonce may be there. Not a miss yet, for up to an interval.
-					s.setDueLocked(a, now.Add(minSleep))
+					s.setDueLocked(a, now.Add(s.leastSleep))
 					continue
 				}
 				delete(s.pending, a.nonce)
@@ -248,7 +250,7 @@ func (s *sched) run(ctx context.Context) {
 		}
 		sleep := time.Hour
 		if len(s.heap) > 0 {
-			sleep = max(time.Until(s.heap[0].due), minSleep)
+			sleep = max(time.Until(s.heap[0].due), s.leastSleep)
 		}
 		effects := s.takeEffectsLocked()
 		s.mu.Unlock()
