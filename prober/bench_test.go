@@ -33,7 +33,7 @@ const (
 	// benchPlanned is how many of the agents a plan names (PROBER_BENCH_PLANNED): one in
 	// five, as many as the plans of 333 Services, three nodes each, name at most.
 	benchPlanned = 1000
-	netnsName   = "baremetal-prober-bench"
+	netnsName    = "baremetal-prober-bench"
 )
 
 func TestMain(m *testing.M) {
