@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,6 +169,9 @@ func benchProber(b *testing.B) {
 		deadline := time.Now().Add(5 * probe.Gap(cfg.ProbeInterval, true))
 		for gauge(idleAgents) != float64(want) {
 			if time.Now().After(deadline) {
+				// What the prober's goroutines wait for, to tell a reader stuck from
+				// answers that never come.
+				_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 				b.Fatalf("%v agents idle, want %d", gauge(idleAgents), want)
 			}
 			time.Sleep(10 * time.Millisecond)
