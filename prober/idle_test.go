@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -74,7 +75,7 @@ func TestIdleAgents(t *testing.T) {
 		t.Fatal("the prober never synced")
 	}
 	idleGap := probe.Gap(testInterval, true)
-	waitFor(t, 2*idleGap, "node-b and node-c idle", func() bool {
+	poll(t, ctx, 2*idleGap, "node-b and node-c idle", func() bool {
 		return responders["node-b"].SilentAfter() == probe.SilentAfter(idleGap) && responders["node-c"].SilentAfter() == probe.SilentAfter(idleGap)
 	})
 	if got := responders["node-a"].SilentAfter(); got != probe.SilentAfter(testInterval) {
@@ -119,7 +120,7 @@ func TestIdleAgents(t *testing.T) {
 	// A plan names node-b: at the full rate within an interval.
 	named := time.Now()
 	d.set(2, "node-a", "node-b")
-	waitFor(t, idleGap, "node-b at the full rate", func() bool {
+	poll(t, ctx, idleGap, "node-b at the full rate", func() bool {
 		return responders["node-b"].SilentAfter() == probe.SilentAfter(testInterval)
 	})
 	if took := time.Since(named); took > 3*testInterval {
@@ -137,14 +138,11 @@ func TestIdleAgents(t *testing.T) {
 	}
 }
 
-// waitFor polls cond every few milliseconds until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// poll checks cond every few milliseconds until it holds, failing the test after within.
+func poll(t *testing.T, ctx context.Context, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s after %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, within, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("not %s after %v", what, within)
 	}
 }
