@@ -1,20 +1,13 @@
 package prober
 
 import (
-	"context"
-	"net"
 	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/duty"
@@ -42,40 +35,21 @@ func (d *plans) set(version uint64, nodes ...string) {
 // and that an idle agent that dies is taken for down within an idle interval and the
 // usual misses.
 func TestIdleAgents(t *testing.T) {
-	l, err := net.ListenPacket("udp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.LocalAddr().(*net.UDPAddr).Port
-	l.Close()
-	names := []string{"node-a", "node-b", "node-c"}
-	var objs []*v1.Node
+	port := agentPort(t)
+	var nodes []runtime.Object
 	responders := map[string]*probe.Responder{}
 	stops := map[string]func(){}
-	for i, name := range names {
+	for i, name := range []string{"node-a", "node-b", "node-c"} {
 		ip := "127.0.0." + strconv.Itoa(i+2)
-		objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}}})
+		nodes = append(nodes, testNode(name, ip))
 		responders[name], stops[name] = responder(t, name, ip+":"+strconv.Itoa(port))
 	}
-	client := fake.NewClientset(objs[0], objs[1], objs[2])
-	factory := informers.NewSharedInformerFactory(client, 0)
 	cfg := config.Failover{ProbeInterval: testInterval, FailureThreshold: 3, AgentPort: port, IsolationShare: config.DefaultIsolationShare}
-	p := New(cfg, testKey, testSigner, factory.Core().V1().Nodes(), probe.FromCCM)
 	d := &plans{}
 	d.set(1, "node-a")
-	p.SetDuties(d)
-	changes := make(chan string, 100)
-	p.OnChange(func(node string) { changes <- node })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
-	go p.Run(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
-		t.Fatal("the prober never synced")
-	}
+	p, changes := startProberSetUp(t, cfg, probe.FromCCM, func(p *Prober) { p.SetDuties(d) }, nodes...)
 	idleGap := probe.Gap(testInterval, true)
-	poll(t, ctx, 2*idleGap, "node-b and node-c idle", func() bool {
+	eventually(t, 2*idleGap, "node-b and node-c idle", func() bool {
 		return responders["node-b"].SilentAfter() == probe.SilentAfter(idleGap) && responders["node-c"].SilentAfter() == probe.SilentAfter(idleGap)
 	})
 	if got := responders["node-a"].SilentAfter(); got != probe.SilentAfter(testInterval) {
@@ -120,7 +94,7 @@ func TestIdleAgents(t *testing.T) {
 	// A plan names node-b: at the full rate within an interval.
 	named := time.Now()
 	d.set(2, "node-a", "node-b")
-	poll(t, ctx, idleGap, "node-b at the full rate", func() bool {
+	eventually(t, idleGap, "node-b at the full rate", func() bool {
 		return responders["node-b"].SilentAfter() == probe.SilentAfter(testInterval)
 	})
 	if took := time.Since(named); took > 3*testInterval {
@@ -135,14 +109,5 @@ func TestIdleAgents(t *testing.T) {
 	t.Logf("node-c, idle, down %v after its agent stopped", time.Since(died))
 	if got := p.Health("node-b"); got != Up {
 		t.Errorf("node-b %v, want up", got)
-	}
-}
-
-// poll checks cond every few milliseconds until it holds, failing the test after within.
-func poll(t *testing.T, ctx context.Context, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, within, true, func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("not %s after %v", what, within)
 	}
 }

@@ -46,11 +46,19 @@ func startProber(t *testing.T, port int, sender probe.Sender, targets map[string
 // startProberWith is startProber with the failover settings cfg.
 func startProberWith(t *testing.T, cfg config.Failover, sender probe.Sender, targets map[string]bool, nodes ...runtime.Object) (*Prober, chan string) {
 	t.Helper()
+	return startProberSetUp(t, cfg, sender, func(p *Prober) {
+		if targets != nil {
+			p.SetTargets(targets)
+		}
+	}, nodes...)
+}
+
+// startProberSetUp is startProberWith with setUp, instead of targets, called before Run.
+func startProberSetUp(t *testing.T, cfg config.Failover, sender probe.Sender, setUp func(*Prober), nodes ...runtime.Object) (*Prober, chan string) {
+	t.Helper()
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
 	p := New(cfg, testKey, testSigner, factory.Core().V1().Nodes(), sender)
-	if targets != nil {
-		p.SetTargets(targets)
-	}
+	setUp(p)
 	changes := make(chan string, 1000)
 	p.OnChange(func(node string) { changes <- node })
 	ctx, cancel := context.WithCancel(context.Background())
