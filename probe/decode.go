@@ -87,7 +87,17 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 // ParseVerdict decodes a verdict datagram authenticated by k and signed by a key of v.
 // One authenticated but not signed is an ErrSignature.
 func (k *Key) ParseVerdict(v *Verifier, b []byte) (VerdictPart, error) {
-	d, err := k.signedDecoder(v, b, typeVerdict)
+	return k.parseVerdict(v, b, nil)
+}
+
+// parseVerdict is ParseVerdict that refuses, with errStale and before checking the
+// signature, a verdict whose reference fresh refuses.
+func (k *Key) parseVerdict(v *Verifier, b []byte, fresh func(VerdictRef) bool) (VerdictPart, error) {
+	var check func(*decoder) bool
+	if fresh != nil {
+		check = func(d *decoder) bool { return fresh(VerdictRef{Instance: d.uint64(), Seq: d.uint64()}) }
+	}
+	d, err := k.signedDecoder(v, b, typeVerdict, check)
 	if err != nil {
 		return VerdictPart{}, err
 	}

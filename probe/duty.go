@@ -80,11 +80,21 @@ type DutyPart struct {
 
 // ParseDuty decodes a duty datagram authenticated by k and signed by a key of v.
 func (k *Key) ParseDuty(v *Verifier, b []byte) (DutyPart, error) {
-	d, err := k.signedDecoder(v, b, typeDuty)
+	return k.parseDuty(v, b, nil)
+}
+
+// parseDuty is ParseDuty that refuses, with errStale and before checking the signature,
+// a duty whose head (its fields before the addresses) fresh refuses.
+func (k *Key) parseDuty(v *Verifier, b []byte, fresh func(Duty) bool) (DutyPart, error) {
+	var check func(*decoder) bool
+	if fresh != nil {
+		check = func(d *decoder) bool { return fresh(dutyHead(d)) }
+	}
+	d, err := k.signedDecoder(v, b, typeDuty, check)
 	if err != nil {
 		return DutyPart{}, err
 	}
-	p := DutyPart{Duty: Duty{Instance: d.uint64(), Seq: d.uint64(), To: d.uint64(), Digest: Digest(d.uint64())}}
+	p := DutyPart{Duty: dutyHead(d)}
 	var n int
 	p.Part, p.Parts, n = d.parts("duty")
 	for ; n > 0 && d.err == nil; n-- {
@@ -99,6 +109,11 @@ func (k *Key) ParseDuty(v *Verifier, b []byte) (DutyPart, error) {
 		return DutyPart{}, err
 	}
 	return p, nil
+}
+
+// dutyHead reads the fields of a duty before its parts and addresses.
+func dutyHead(d *decoder) Duty {
+	return Duty{Instance: d.uint64(), Seq: d.uint64(), To: d.uint64(), Digest: Digest(d.uint64())}
 }
 
 // Family is an address family in a reply: 4 or 6.

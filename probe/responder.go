@@ -369,12 +369,17 @@ func (r *Responder) rejected(err error) bool {
 // takeVerdict takes a signed verdict of the ccm followed that replaces the one held, once
 // all its parts are in.
 func (r *Responder) takeVerdict(b []byte) {
-	p, err := r.key.ParseVerdict(r.ccm, b)
+	p, err := r.key.parseVerdict(r.ccm, b, r.newVerdict)
+	if errors.Is(err, errStale) {
+		r.staleVerdicts.Add(1)
+		return
+	}
 	if r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
-	if p.Instance != r.follow.instance || !p.Replaces(r.verdict.VerdictRef) {
+	// Asked again: another verdict may have been taken meanwhile.
+	if !r.newVerdictLocked(p.VerdictRef) {
 		r.mu.Unlock()
 		r.staleVerdicts.Add(1)
 		return
@@ -391,6 +396,18 @@ func (r *Responder) takeVerdict(b []byte) {
 	if f != nil {
 		f()
 	}
+}
+
+// newVerdict reports whether a verdict ref is one to take: of the ccm followed, and
+// newer than the one held.
+func (r *Responder) newVerdict(ref VerdictRef) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.newVerdictLocked(ref)
+}
+
+func (r *Responder) newVerdictLocked(ref VerdictRef) bool {
+	return ref.Instance == r.follow.instance && ref.Replaces(r.verdict.VerdictRef)
 }
 
 // SetView sets what the following replies say of the agent's own view: the digest of the
@@ -427,6 +444,19 @@ func (r *Responder) Duty() *Duty {
 	return r.duty
 }
 
+// newDuty reports whether a duty, by its head, is one to take: for this node, of the ccm
+// followed, with the digest that ccm's newest request expects, and newer than the one held.
+func (r *Responder) newDuty(d Duty) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.newDutyLocked(d)
+}
+
+func (r *Responder) newDutyLocked(d Duty) bool {
+	return d.To == r.tag && d.Instance == r.follow.instance && r.expectedKnown && d.Digest == r.expected &&
+		(r.duty == nil || r.duty.Instance != d.Instance || d.Seq > r.duty.Seq)
+}
+
 // OnDuty registers f to be called after every duty list taken. Call it before Serve.
 func (r *Responder) OnDuty(f func()) {
 	r.mu.Lock()
@@ -439,13 +469,12 @@ func (r *Responder) OnDuty(f func()) {
 // of a list are gathered until it is whole. So a duty sent to another node, an older one
 // arriving late, or one of another ccm, counts for nothing.
 func (r *Responder) takeDuty(b []byte) {
-	p, err := r.key.ParseDuty(r.ccm, b)
-	if r.rejected(err) {
+	p, err := r.key.parseDuty(r.ccm, b, r.newDuty)
+	if errors.Is(err, errStale) || r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
-	if p.To != r.tag || p.Instance != r.follow.instance || !r.expectedKnown || p.Digest != r.expected ||
-		(r.duty != nil && r.duty.Instance == p.Instance && p.Seq <= r.duty.Seq) {
+	if !r.newDutyLocked(p.Duty) {
 		r.mu.Unlock()
 		return
 	}

@@ -2,9 +2,11 @@ package probe
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -56,6 +58,39 @@ func TestVerdictKeyRotation(t *testing.T) {
 		}
 		if _, err := testKey.ParseVerdict(tc.agents, parts[0]); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestVerifierRemembersOnlyWhatItChecked checks that the signed bodies a Verifier
+// remembers, to spare checking the same datagram twice, never pass anything else: not the
+// same message with another signature, nor a signature altered by a bit.
+func TestVerifierRemembersOnlyWhatItChecked(t *testing.T) {
+	v := testSigner.Verifier()
+	rogue := NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
+	verdict := Verdict{VerdictRef: VerdictRef{Instance: 1, Seq: 2}, Down: []string{"node-b"}}
+	good, err := testKey.AppendVerdict(testSigner, verdict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := testKey.AppendVerdict(rogue, verdict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // checked, then remembered
+		if _, err := testKey.ParseVerdict(v, good[0]); err != nil {
+			t.Fatalf("the ccm's verdict: %v", err)
+		}
+	}
+	body, err := testKey.open(good[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := slices.Clone(body)
+	flipped[len(flipped)-1] ^= 1
+	for name, b := range map[string][]byte{"another signer's": forged[0], "altered": testKey.seal(flipped)} {
+		if _, err := testKey.ParseVerdict(v, b); !errors.Is(err, ErrSignature) {
+			t.Errorf("the same verdict, %s signature: %v, want %v", name, err, ErrSignature)
 		}
 	}
 }
