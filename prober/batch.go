@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -141,6 +142,9 @@ type reader struct {
 	hdrs [batchLen]unix.Mmsghdr
 	iovs [batchLen]unix.Iovec
 	bufs [batchLen][]byte
+	// emptied is when a read last began that left the socket empty: every datagram that
+	// arrived before it has been returned.
+	emptied time.Time
 }
 
 // newReader returns the reader of conn. Its buffers take the largest datagram each, so
@@ -168,9 +172,14 @@ func (r *reader) read() (int, error) {
 	var n int
 	var errno syscall.Errno
 	err := r.raw.Read(func(fd uintptr) bool {
+		at := time.Now()
 		got, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), batchLen, unix.MSG_DONTWAIT, 0, 0)
 		if e == unix.EAGAIN {
+			r.emptied = at
 			return false
+		}
+		if e == 0 && got < batchLen {
+			r.emptied = at
 		}
 		n, errno = int(got), e
 		return true

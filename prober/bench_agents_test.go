@@ -51,6 +51,9 @@ func serveAgents(n, port int) int {
 		responders[i] = r
 	}
 	stopped := make([]atomic.Bool, n)
+	// What arrived from each prober socket, by its port, and what was answered: to tell
+	// a socket whose requests stop arriving from one whose requests go unanswered.
+	var fromPort [1 << 16]struct{ datagrams, replies atomic.Uint64 }
 	c, err := net.ListenPacket("udp4", "0.0.0.0:"+strconv.Itoa(port))
 	if err != nil {
 		return fail(err)
@@ -87,11 +90,14 @@ func serveAgents(n, port int) int {
 				if i < 0 || i >= n || stopped[i].Load() {
 					continue
 				}
+				from := &fromPort[m.Addr.(*net.UDPAddr).Port]
+				from.datagrams.Add(1)
 				o := &out[replies]
 				b, ok := responders[i].Handle(m.Buffers[0][:m.N], o.Buffers[0][:0])
 				if !ok {
 					continue
 				}
+				from.replies.Add(1)
 				o.Buffers[0], o.Addr = b, m.Addr
 				o.OOB = (&ipv4.ControlMessage{Src: cm.Dst}).Marshal()
 				replies++
@@ -109,6 +115,10 @@ func serveAgents(n, port int) int {
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
+		if in.Text() == "stats" {
+			fmt.Println(agentStats(responders, fromPort[:]))
+			continue
+		}
 		var i int
 		if _, err := fmt.Sscanf(in.Text(), "stop %d", &i); err == nil && i < n {
 			stopped[i].Store(true)
@@ -118,11 +128,37 @@ func serveAgents(n, port int) int {
 	return 0
 }
 
+// agentStats says what the simulated agents took and answered, in all and from each
+// port, on one line.
+func agentStats(responders []*probe.Responder, fromPort []struct{ datagrams, replies atomic.Uint64 }) string {
+	var sum probe.Stats
+	for _, r := range responders {
+		st := r.Stats()
+		sum.Requests += st.Requests
+		sum.Replies += st.Replies
+		sum.Malformed += st.Malformed
+		sum.Unauthenticated += st.Unauthenticated
+		sum.Misdirected += st.Misdirected
+		sum.Replayed += st.Replayed
+		sum.Limited += st.Limited
+		sum.Verdicts += st.Verdicts
+		sum.StaleVerdicts += st.StaleVerdicts
+	}
+	line := fmt.Sprintf("stats %+v", sum)
+	for port := range fromPort {
+		if d := fromPort[port].datagrams.Load(); d > 0 {
+			line += fmt.Sprintf("; from port %d: %d datagrams, %d answered", port, d, fromPort[port].replies.Load())
+		}
+	}
+	return line
+}
+
 // agents is the process of the simulated agents.
 type agents struct {
 	cmd     *exec.Cmd
 	in      io.WriteCloser
 	stopped chan time.Time
+	stats   chan string
 }
 
 func startAgents(b *testing.B, n, port int) *agents {
@@ -145,7 +181,7 @@ func startAgents(b *testing.B, n, port int) *agents {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	a := &agents{cmd: cmd, in: in, stopped: make(chan time.Time, 1)}
+	a := &agents{cmd: cmd, in: in, stopped: make(chan time.Time, 1), stats: make(chan string, 1)}
 	lines := bufio.NewScanner(out)
 	if !lines.Scan() || lines.Text() != "ready" {
 		b.Fatalf("the simulated agents did not start: %q", lines.Text())
@@ -156,6 +192,9 @@ func startAgents(b *testing.B, n, port int) *agents {
 			var ns int64
 			if _, err := fmt.Sscanf(lines.Text(), "stopped %d %d", &i, &ns); err == nil {
 				a.stopped <- time.Unix(0, ns)
+			}
+			if strings.HasPrefix(lines.Text(), "stats ") {
+				a.stats <- lines.Text()
 			}
 		}
 	}()
@@ -171,6 +210,17 @@ func (a *agents) stop(b *testing.B, i int) time.Time {
 	case <-time.After(30 * time.Second):
 		b.Fatalf("agent %d did not stop", i)
 		return time.Time{}
+	}
+}
+
+// statistics returns what the simulated agents took and answered so far.
+func (a *agents) statistics() string {
+	fmt.Fprintln(a.in, "stats")
+	select {
+	case s := <-a.stats:
+		return s
+	case <-time.After(10 * time.Second):
+		return "the simulated agents did not say"
 	}
 }
 

@@ -172,6 +172,10 @@ func benchProber(b *testing.B) {
 				// What the prober's goroutines wait for, to tell a reader stuck from
 				// answers that never come.
 				_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+				b.Logf("simulated agents: %s", sim.statistics())
+				b.Logf("sockets (/proc/net/udp):\n%s", udpSockets())
+				b.Logf("prober: %.0f probes sent, %.0f verdicts sent, %.0f censuses, %.0f late answers, %d dropped for want of buffer",
+					counter(probesSent), counter(verdictsSent), counter(censuses), counter(lateAnswers), udpDrops())
 				b.Fatalf("%v agents idle, want %d", gauge(idleAgents), want)
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -180,6 +184,7 @@ func benchProber(b *testing.B) {
 	}
 	waitIdle(n - planned)
 	alone := measure(10 * time.Second)
+	b.Logf("simulated agents: %s", sim.statistics())
 	stopSpin := spin(b)
 	busy := measure(10 * time.Second)
 	stopSpin()
@@ -320,6 +325,15 @@ func udpDrops() int {
 		}
 	}
 	return 0
+}
+
+// udpSockets returns this network namespace's UDP sockets as the kernel lists them: each
+// with its receive queue and the datagrams it dropped. The prober's are dual-stack, in
+// the IPv6 list.
+func udpSockets() string {
+	v4, _ := os.ReadFile("/proc/net/udp")
+	v6, _ := os.ReadFile("/proc/net/udp6")
+	return string(v4) + string(v6)
 }
 
 func gauge(g metrics.GaugeMetric) float64 {

@@ -35,6 +35,14 @@ func isolatedBy(lost, probed int, share float64) bool {
 	return lost >= 2 && float64(lost) > share*float64(probed)
 }
 
+// censusDecides reports whether a census has settled whether the prober is isolated, with
+// lost agents lost and awaiting still to have their probe: once it could not be an
+// isolation even were every agent awaited lost, the rest cannot change the judgement.
+// Waiting for them would add the slowest of thousands of answers to every detection.
+func censusDecides(lost, awaiting, probed int, share float64) bool {
+	return awaiting == 0 || !isolatedBy(lost+awaiting, probed, share)
+}
+
 // isolation is the scheduler's part of the judgement, guarded by its mu.
 type isolation struct {
 	isolated bool
@@ -43,8 +51,9 @@ type isolation struct {
 	// are lost too.
 	lost, gated map[*agentProbe]bool
 	// awaiting are the agents that must have had a probe sent at ref or later (a gated
-	// agent's second-to-last miss) before a gated agent is judged: the census. lastCensus is when probes were last brought
-	// forward for one: at most once per interval.
+	// agent's second-to-last miss) before a gated agent is judged, until enough have
+	// (censusDecides): the census. lastCensus is when probes were last brought forward
+	// for one: at most once per interval.
 	ref, lastCensus time.Time
 	awaiting        map[*agentProbe]bool
 	// exitAwaiting are the agents still lost when most answered again, that must have
@@ -183,7 +192,7 @@ func (s *sched) judgeLocked(now time.Time) {
 	case s.iso.isolated:
 		s.judgeIsolatedLocked(now)
 		return
-	case len(s.iso.gated) == 0 || s.iso.awaiting == nil || len(s.iso.awaiting) > 0:
+	case len(s.iso.gated) == 0 || s.iso.awaiting == nil || !censusDecides(len(s.iso.lost), len(s.iso.awaiting), len(s.agents), s.share):
 		return
 	}
 	if isolatedBy(len(s.iso.lost), len(s.agents), s.share) {

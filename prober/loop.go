@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +48,9 @@ type sched struct {
 	p     *Prober
 	cfg   config.Failover
 	conns []*net.UDPConn
+	// emptied is, for each socket, when its reader last began a read that left it empty
+	// (Unix nanoseconds), published once it took what that read returned.
+	emptied []atomic.Int64
 	// writers batch the probes of each socket; only the scheduler's loop uses them.
 	writers []*writer
 	// epoch is the origin of the agents' phases.
@@ -102,6 +106,7 @@ func newSched(p *Prober) (*sched, error) {
 	var seed [32]byte
 	_, _ = crand.Read(seed[:]) // never fails on Linux
 	s.nonces = rand.NewChaCha8(seed)
+	s.emptied = make([]atomic.Int64, sockets(p.sender))
 	for range sockets(p.sender) {
 		// Dual-stack: the agents' addresses are IPv4 or IPv6.
 		conn, err := net.ListenUDP("udp", nil)
@@ -187,8 +192,8 @@ func (s *sched) remove(a *agentProbe) {
 // run sends the probes and takes the misses until ctx ends.
 func (s *sched) run(ctx context.Context) {
 	defer s.close()
-	for _, c := range s.conns {
-		go s.read(c)
+	for i, c := range s.conns {
+		go s.read(i, c)
 	}
 	if s.echo != nil {
 		for i, c := range s.echo.conns {
@@ -201,6 +206,7 @@ func (s *sched) run(ctx context.Context) {
 	defer timer.Stop()
 	var jobs []job
 	batches := make([][]job, len(s.conns)) // the jobs in each writer's batch, in order
+	unread := make([]int, len(s.conns))    // each socket's first datagram waiting, -1 when not asked yet
 	var wakeAt time.Time                   // when the loop meant to run again at the latest
 	for ctx.Err() == nil {
 		s.mu.Lock()
@@ -211,17 +217,16 @@ func (s *sched) run(ctx context.Context) {
 		s.sendErrs.flush(now)
 		s.replanLocked(now)
 		jobs = jobs[:0]
-		unread := -1 // not asked yet
+		for i := range unread {
+			unread[i] = -1
+		}
 		for len(s.heap) > 0 && !s.heap[0].due.After(now) {
 			a := s.heap[0]
 			if a.out {
-				if unread < 0 {
-					unread = s.unread()
-				}
-				if unread > 0 && now.Sub(a.deadline) < s.cfg.ProbeInterval {
-					// Answers wait in a socket: this process is behind in reading them
-					// (a busy host, thousands of answers after a stall), and the one to
-					// a.nonce may be there. Not a miss yet, for up to an interval.
+				if now.Sub(a.deadline) < s.cfg.ProbeInterval && s.behind(a, unread) {
+					// This process is behind in reading answers (a busy host, thousands
+					// of answers after a stall or a census), and the one to a.nonce may
+					// wait in its socket. Not a miss yet, for up to an interval.
 					s.setDueLocked(a, now.Add(s.leastSleep))
 					continue
 				}
@@ -333,21 +338,30 @@ func (s *sched) send(jobs []job, batches [][]job) {
 	}
 }
 
-// unread returns the bytes of the first datagram waiting in the first socket that has
-// one, or 0: whether a reader is behind.
-func (s *sched) unread() int {
-	for _, c := range s.conns {
-		rc, err := c.SyscallConn()
-		if err != nil {
-			continue
-		}
-		n := 0
-		_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
-		if n > 0 {
-			return n
-		}
+// behind reports whether the answer to a's probe out, had it come by the deadline, may
+// still wait unread: its socket's reader has not found the socket empty since, and the
+// socket holds a datagram. Answers arriving all the time, as at thousands of agents, do
+// not count: only a backlog older than the deadline does. unread caches each socket's
+// first datagram waiting for one round of the scheduler.
+func (s *sched) behind(a *agentProbe, unread []int) bool {
+	if s.emptied[a.sock].Load() >= a.deadline.UnixNano() {
+		return false
 	}
-	return 0
+	if unread[a.sock] < 0 {
+		unread[a.sock] = s.unread(s.conns[a.sock])
+	}
+	return unread[a.sock] > 0
+}
+
+// unread returns the bytes of the first datagram waiting in c, or 0.
+func (s *sched) unread(c *net.UDPConn) int {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n
 }
 
 // sendFailed takes a probe that could not be sent for a miss, and has the next ones
@@ -381,7 +395,7 @@ func (s *sched) endOut(nonce uint64, end func(a *agentProbe, now time.Time)) {
 
 // read takes the replies arriving on conn until it is closed. Anything unauthenticated
 // or malformed is skipped; a reply is taken only if its nonce is that of a probe out.
-func (s *sched) read(conn *net.UDPConn) {
+func (s *sched) read(sock int, conn *net.UDPConn) {
 	r, err := newReader(conn, probe.MaxDatagram)
 	if err != nil {
 		klog.ErrorS(err, "Cannot read probe replies")
@@ -398,6 +412,7 @@ func (s *sched) read(conn *net.UDPConn) {
 		for i := range n {
 			s.take(conn, r.datagram(i))
 		}
+		s.emptied[sock].Store(r.emptied.UnixNano())
 	}
 }
 
@@ -418,27 +433,33 @@ func (s *sched) take(conn *net.UDPConn, b []byte) {
 	if err != nil {
 		return
 	}
-	a, stale := s.answer(reply)
+	a, sent, stale := s.answer(reply)
 	if a == nil {
 		return
 	}
 	a.challenge.Store(reply.Challenge)
 	a.takesIdle.Store(reply.TakesIdle)
 	if stale {
-		// It holds an older verdict: it missed one.
-		sent := true
-		for _, v := range s.p.verdictParts() {
-			if _, err := conn.WriteToUDPAddrPort(v, a.addr); err != nil {
-				sent = false
-			}
-		}
-		if sent {
-			verdictsSent.Inc()
-		}
+		s.resendVerdict(conn, a, sent)
 	}
 	for _, d := range s.p.dutyFor(a, reply) {
 		_, _ = conn.WriteToUDPAddrPort(d, a.addr)
 	}
+}
+
+// resendVerdict sends the verdict again to a's agent, whose reply to the probe sent at
+// sent holds an older one, if it missed the broadcast.
+func (s *sched) resendVerdict(conn *net.UDPConn, a *agentProbe, sent time.Time) {
+	ref, parts := s.p.verdictParts()
+	if !s.missedBroadcast(ref, sent) {
+		return
+	}
+	for _, v := range parts {
+		if _, err := conn.WriteToUDPAddrPort(v, a.addr); err != nil {
+			return
+		}
+	}
+	verdictsSent.Inc()
 }
 
 // refused logs and counts an agent's refusal of a probe it waits for: the agent has
@@ -454,11 +475,12 @@ func (s *sched) refused(nonce uint64) {
 	s.p.authLog.Log("Agent refuses the ccm's probes as made with another probe key: the ccm and the agents must share one (--probe-key-file)", "node", a.node, "address", a.addr)
 }
 
-// answer takes a reply, and reports whether its agent should be sent the verdict again.
-func (s *sched) answer(r probe.Reply) (*agentProbe, bool) {
+// answer takes a reply, and returns its agent, when the probe answered was sent, and
+// whether the agent holds an older verdict than the one sent.
+func (s *sched) answer(r probe.Reply) (a *agentProbe, sent time.Time, stale bool) {
 	now := time.Now()
 	s.mu.Lock()
-	a := s.pending[r.Nonce]
+	a = s.pending[r.Nonce]
 	if a == nil {
 		// Late, its probe taken for a miss (the agent lives, busy), or a stray.
 		if a := s.late[r.Nonce]; a != nil && a.node == r.Node {
@@ -468,17 +490,18 @@ func (s *sched) answer(r probe.Reply) (*agentProbe, bool) {
 			lateAnswers.Inc()
 		}
 		s.mu.Unlock()
-		return nil, false
+		return nil, time.Time{}, false
 	}
 	// Claimed: what the reply says of the agent is taken before its outcome, as the
 	// verdict may depend on it (the nodes it stands in for), and outside the lock.
 	delete(s.pending, r.Nonce)
 	a.out, a.claimed = false, true
 	s.unscheduleLocked(a)
-	rtt := now.Sub(a.sent)
+	sent = a.sent
+	rtt := now.Sub(sent)
 	s.mu.Unlock()
 
-	o, stale := answeredReady, false
+	o := answeredReady
 	switch {
 	case r.Node != a.node:
 		// Another node's agent at this node's address: not this node's agent.
@@ -503,15 +526,16 @@ func (s *sched) answer(r probe.Reply) (*agentProbe, bool) {
 	effects := s.takeEffectsLocked()
 	s.mu.Unlock()
 	s.p.apply(effects)
-	return a, stale
+	return a, sent, stale
 }
 
 // broadcast sends the verdict to every agent, each from its own socket, in batches.
 func (s *sched) broadcast(to []*agentProbe) {
-	parts := s.p.verdictParts()
+	ref, parts := s.p.verdictParts()
 	if parts == nil {
 		return
 	}
+	defer s.p.broadcastDone(ref)
 	writers := make([]*writer, len(s.conns))
 	failed := 0
 	flush := func(w *writer) { w.flush(func(int, error) { failed++ }) }
@@ -543,6 +567,16 @@ func (s *sched) broadcast(to []*agentProbe) {
 		}
 	}
 	verdictsSent.Add(float64(len(to) - failed/len(parts)))
+}
+
+// missedBroadcast reports whether an agent whose reply to a probe sent at sent holds an
+// older verdict than ref missed ref's broadcast: the probe left after it. A probe that
+// left before may have reached the agent first, as most do while thousands of verdicts
+// go out: sending the verdict again to each would double what every agent must check
+// (and the ccm send); the agent's next reply says whether it lacks it still.
+func (s *sched) missedBroadcast(ref probe.VerdictRef, sent time.Time) bool {
+	m := s.p.broadcast.Load()
+	return m == nil || m.ref != ref || sent.After(m.at)
 }
 
 // request returns the request to send to a's agent. Its counter is a's own, so that the

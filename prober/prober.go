@@ -84,6 +84,9 @@ type Prober struct {
 	verdict probe.Verdict
 	// verdictWire holds the datagrams of the verdict last sent.
 	verdictWire atomic.Pointer[verdictWire]
+	// broadcast is the verdict last decided and when it was sent to every agent: an
+	// agent whose reply to a probe sent after that holds an older one missed it.
+	broadcast atomic.Pointer[broadcastMark]
 	// dutySeq numbers the duty lists made, for any node: an agent takes none older than
 	// the one it holds.
 	dutySeq atomic.Uint64

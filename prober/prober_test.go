@@ -84,9 +84,20 @@ func respond(t *testing.T, node, addr string) (stop func()) {
 // called, and returns it.
 func responder(t *testing.T, node, addr string) (r *probe.Responder, stop func()) {
 	t.Helper()
-	conn, err := net.ListenPacket("udp", addr)
+	return responderOn(t, node, addr, nil)
+}
+
+// responderOn is responder with its socket wrapped by wrap, if not nil: a network that
+// loses or delays.
+func responderOn(t *testing.T, node, addr string, wrap func(net.PacketConn) net.PacketConn) (r *probe.Responder, stop func()) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	conn := pc
+	if wrap != nil {
+		conn = wrap(pc)
 	}
 	r, err = probe.NewResponder(node, testKey, testVerifier, testInterval)
 	if err != nil {
@@ -94,7 +105,7 @@ func responder(t *testing.T, node, addr string) (r *probe.Responder, stop func()
 	}
 	go r.Serve(conn)
 	var once sync.Once
-	stop = func() { once.Do(func() { conn.Close() }) }
+	stop = func() { once.Do(func() { pc.Close() }) }
 	t.Cleanup(stop)
 	return r, stop
 }

@@ -45,6 +45,30 @@ func TestIsolatedBy(t *testing.T) {
 	}
 }
 
+// TestCensusDecides checks when a census may end before every agent it awaits had its
+// probe: only once no outcome of theirs could make the prober isolated, so that no
+// isolation is ever taken for downs.
+func TestCensusDecides(t *testing.T) {
+	for _, tc := range []struct {
+		lost, awaiting, probed int
+		want                   bool
+	}{
+		{1, 0, 6, true},  // all in
+		{1, 5, 6, false}, // nothing in yet
+		{1, 3, 6, false}, // four of six may still be lost
+		{1, 2, 6, true},  // three of six at most: not more than half
+		{1, 1, 2, false}, // two of two would be an isolation
+		{1, 2499, 5000, true},
+		{1, 2500, 5000, false},
+		{2400, 100, 5000, true},
+		{2400, 101, 5000, false},
+	} {
+		if got := censusDecides(tc.lost, tc.awaiting, tc.probed, 0.5); got != tc.want {
+			t.Errorf("censusDecides(%d lost, %d awaited of %d) = %v, want %v", tc.lost, tc.awaiting, tc.probed, got, tc.want)
+		}
+	}
+}
+
 // TestRapidReprobes checks the rhythm of probes at an agent that never answers: rapid
 // probes until it is taken for down, then one probe an interval again, at its phase.
 func TestRapidReprobes(t *testing.T) {

@@ -96,23 +96,23 @@ type verdictWire struct {
 
 // verdictParts returns the datagrams of the verdict to send, or nil when there is none
 // yet. They are made once per verdict: a signature costs more than the datagram's send.
-func (p *Prober) verdictParts() [][]byte {
+func (p *Prober) verdictParts() (probe.VerdictRef, [][]byte) {
 	p.mu.Lock()
 	v := p.verdict
 	p.mu.Unlock()
 	if v.Seq == 0 {
-		return nil
+		return v.VerdictRef, nil
 	}
 	if w := p.verdictWire.Load(); w != nil && w.ref == v.VerdictRef {
-		return w.parts
+		return v.VerdictRef, w.parts
 	}
 	parts, err := p.key.AppendVerdict(p.signer, v)
 	if err != nil {
 		klog.ErrorS(err, "Cannot send the verdict", "down", len(v.Down))
-		return nil
+		return v.VerdictRef, nil
 	}
 	p.verdictWire.Store(&verdictWire{ref: v.VerdictRef, parts: parts})
-	return parts
+	return v.VerdictRef, parts
 }
 
 // answered takes what an agent's reply says of the verdict, of itself and of the nodes
@@ -259,11 +259,30 @@ func (p *Prober) decideLocked() {
 		return
 	}
 	p.verdict = probe.Verdict{VerdictRef: probe.VerdictRef{Instance: p.instance, Seq: p.verdict.Seq + 1}, Down: down}
+	// Until it is sent, the replies to probes sent meanwhile hold the verdict before; an
+	// interval is far more than sending it to thousands takes, and bounds the wait of an
+	// agent that missed it should the broadcast not come.
+	p.broadcast.Store(&broadcastMark{ref: p.verdict.VerdictRef, at: time.Now().Add(p.cfg.ProbeInterval)})
 	verdictDown.Set(float64(len(down)))
 	klog.V(2).InfoS("Verdict changed", "seq", p.verdict.Seq, "down", few(down))
 	select {
 	case p.verdictDue <- struct{}{}:
 	default: // a send is due already, and takes the latest verdict
+	}
+}
+
+// broadcastMark is the verdict last decided, and when its broadcast to every agent ended,
+// or is due to have ended.
+type broadcastMark struct {
+	ref probe.VerdictRef
+	at  time.Time
+}
+
+// broadcastDone records that the broadcast of ref ended, unless a newer verdict was
+// decided meanwhile.
+func (p *Prober) broadcastDone(ref probe.VerdictRef) {
+	if m := p.broadcast.Load(); m != nil && m.ref == ref {
+		p.broadcast.CompareAndSwap(m, &broadcastMark{ref: ref, at: time.Now()})
 	}
 }
 

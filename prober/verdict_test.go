@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -155,6 +156,126 @@ func TestVerdictIsSentAtOnce(t *testing.T) {
 			t.Fatalf("the mute agent never got the verdict %+v", p.Verdict())
 		}
 	}
+}
+
+// slowConn is an agent's socket whose replies leave delay late, as from a loaded node or
+// across a long path: many probes are out when a verdict goes out.
+type slowConn struct {
+	net.PacketConn
+	delay time.Duration
+}
+
+func (c *slowConn) WriteTo(b []byte, to net.Addr) (int, error) {
+	time.Sleep(c.delay)
+	return c.PacketConn.WriteTo(b, to)
+}
+
+// lossyConn is an agent's socket that loses the verdict datagrams arriving while drop is
+// set.
+type lossyConn struct {
+	net.PacketConn
+	drop    atomic.Bool
+	dropped atomic.Int64
+}
+
+func (c *lossyConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	for {
+		n, from, err := c.PacketConn.ReadFrom(b)
+		if err != nil || !c.drop.Load() || !probe.IsVerdict(b[:n]) {
+			return n, from, err
+		}
+		c.dropped.Add(1)
+	}
+}
+
+// TestVerdictGoesOnceToEachAgent checks that a changed verdict reaches each agent once: a
+// reply to a probe sent before the verdict went out holds the older verdict, and sending
+// the verdict again for it would double what every agent checks, and what the ccm sends,
+// at each change — at thousands of agents, in the burst that follows a node's death.
+func TestVerdictGoesOnceToEachAgent(t *testing.T) {
+	port := agentPort(t)
+	const n = 12
+	var nodes []runtime.Object
+	responders := make([]*probe.Responder, n)
+	stops := make([]func(), n)
+	for i := range n {
+		name, ip := fmt.Sprintf("node-%d", i), fmt.Sprintf("127.0.0.%d", i+2)
+		// 8 ms of startProber's 50 ms interval with a probe out, within its 12.5 ms
+		// timeout: some probes are out at each change.
+		responders[i], stops[i] = responderOn(t, name, ip+":"+strconv.Itoa(port), func(c net.PacketConn) net.PacketConn {
+			return &slowConn{PacketConn: c, delay: 8 * time.Millisecond}
+		})
+		nodes = append(nodes, testNode(name, ip))
+	}
+	p, changes := startProber(t, port, probe.FromCCM, nil, nodes...)
+	drain(changes)
+	// The first verdict may come before an agent follows this ccm, and come again.
+	first := p.Verdict()
+	eventually(t, 2*time.Second, "every agent holds the first verdict", func() bool {
+		for _, r := range responders {
+			if r.Verdict().VerdictRef != first.VerdictRef {
+				return false
+			}
+		}
+		return true
+	})
+	stale := make([]uint64, n)
+	for i, r := range responders {
+		stale[i] = r.Stats().StaleVerdicts
+	}
+	for _, stopped := range []int{0, 1} {
+		stops[stopped]()
+		waitState(t, p, changes, fmt.Sprintf("node-%d", stopped), Down, 2*time.Second)
+		want := p.Verdict()
+		eventually(t, 2*time.Second, "every live agent holds the verdict", func() bool {
+			for _, r := range responders[stopped+1:] {
+				if r.Verdict().VerdictRef != want.VerdictRef {
+					return false
+				}
+			}
+			return true
+		})
+		// Each live agent answers two probes more: a verdict sent again would have come.
+		requests := make([]uint64, n)
+		for i, r := range responders {
+			requests[i] = r.Stats().Requests
+		}
+		eventually(t, 2*time.Second, "two more probes answered by each live agent", func() bool {
+			for i, r := range responders[stopped+1:] {
+				if r.Stats().Requests < requests[stopped+1+i]+2 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	for i, r := range responders[2:] {
+		if st := r.Stats(); st.StaleVerdicts != stale[i+2] || st.Verdicts != 3 {
+			t.Errorf("node-%d took %d verdicts and was sent %d it held already, want 3 (the first, and one per agent stopped) and none", i+2, st.Verdicts, st.StaleVerdicts-stale[i+2])
+		}
+	}
+}
+
+// TestLostVerdictIsSentAgain checks that an agent that lost a verdict's broadcast gets it
+// with the reply to its next probe.
+func TestLostVerdictIsSentAgain(t *testing.T) {
+	port := agentPort(t)
+	_, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	var lossy *lossyConn
+	b, _ := responderOn(t, "node-b", "127.0.0.3:"+strconv.Itoa(port), func(c net.PacketConn) net.PacketConn {
+		lossy = &lossyConn{PacketConn: c}
+		return lossy
+	})
+	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
+	drain(changes)
+	lossy.drop.Store(true)
+	stopA()
+	waitState(t, p, changes, "node-a", Down, 2*time.Second)
+	eventually(t, time.Second, "the broadcast lost", func() bool { return lossy.dropped.Load() > 0 })
+	lossy.drop.Store(false)
+	eventually(t, 2*time.Second, "node-b holds the verdict", func() bool {
+		return b.Verdict().VerdictRef == p.Verdict().VerdictRef && slices.Contains(b.Verdict().Down, "node-a")
+	})
 }
 
 // TestReplacedAgent checks an agent the announcer moved addresses away from while it was
