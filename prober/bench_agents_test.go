@@ -2,6 +2,7 @@ package prober
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,8 +15,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
@@ -36,7 +39,10 @@ func benchIndex(a net.IP) int {
 // A line "stop i" stops agent i, answered by "stopped i <Unix ns>". The agents share one
 // socket, read and written in batches, and answer from the address each was probed at:
 // a real agent runs on a host of its own, and this process should take as little of
-// the prober's machine as it can, so that what is measured is the prober.
+// the prober's machine as it can, so that what is measured is the prober. For the same
+// reason a request that waited in the socket longer than the prober's timeout is left
+// unanswered: 5,000 real agents never queue behind each other, and this one process,
+// answering late answers that no longer count, would stay behind after any burst.
 func serveAgents(n, port int) int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, err)
@@ -54,6 +60,7 @@ func serveAgents(n, port int) int {
 	// What arrived from each prober socket, by its port, and what was answered: to tell
 	// a socket whose requests stop arriving from one whose requests go unanswered.
 	var fromPort [1 << 16]struct{ datagrams, replies atomic.Uint64 }
+	var shed atomic.Uint64
 	c, err := net.ListenPacket("udp4", "0.0.0.0:"+strconv.Itoa(port))
 	if err != nil {
 		return fail(err)
@@ -64,11 +71,21 @@ func serveAgents(n, port int) int {
 	if err := conn.SetControlMessage(ipv4.FlagDst, true); err != nil {
 		return fail(err)
 	}
+	// When each datagram arrived: a request that waited longer than the prober's
+	// timeout is dropped unanswered (shed), as its answer would come too late to count.
+	raw, err := c.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		return fail(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) }); err != nil || serr != nil {
+		return fail(errors.Join(err, serr))
+	}
 	go func() {
 		in := make([]ipv4.Message, 64)
 		for i := range in {
 			in[i].Buffers = [][]byte{make([]byte, probe.MaxDatagram)}
-			in[i].OOB = ipv4.NewControlMessage(ipv4.FlagDst)
+			in[i].OOB = make([]byte, len(ipv4.NewControlMessage(ipv4.FlagDst))+unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{}))))
 		}
 		out := make([]ipv4.Message, len(in))
 		for i := range out {
@@ -80,18 +97,22 @@ func serveAgents(n, port int) int {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
-			replies := 0
+			replies, now := 0, time.Now()
 			for _, m := range in[:k] {
-				var cm ipv4.ControlMessage
-				if cm.Parse(m.OOB[:m.NN]) != nil {
+				dst, arrived, ok := arrival(m.OOB[:m.NN])
+				if !ok {
 					continue
 				}
-				i := benchIndex(cm.Dst)
+				i := benchIndex(dst)
 				if i < 0 || i >= n || stopped[i].Load() {
 					continue
 				}
 				from := &fromPort[m.Addr.(*net.UDPAddr).Port]
 				from.datagrams.Add(1)
+				if now.Sub(arrived) > testInterval/4 && !probe.IsVerdict(m.Buffers[0][:m.N]) && !probe.IsDuty(m.Buffers[0][:m.N]) {
+					shed.Add(1)
+					continue
+				}
 				o := &out[replies]
 				b, ok := responders[i].Handle(m.Buffers[0][:m.N], o.Buffers[0][:0])
 				if !ok {
@@ -99,7 +120,7 @@ func serveAgents(n, port int) int {
 				}
 				from.replies.Add(1)
 				o.Buffers[0], o.Addr = b, m.Addr
-				o.OOB = (&ipv4.ControlMessage{Src: cm.Dst}).Marshal()
+				o.OOB = (&ipv4.ControlMessage{Src: dst}).Marshal()
 				replies++
 			}
 			for sent := 0; sent < replies; {
@@ -116,7 +137,7 @@ func serveAgents(n, port int) int {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "stats" {
-			fmt.Println(agentStats(responders, fromPort[:]))
+			fmt.Println(agentStats(responders, fromPort[:]) + fmt.Sprintf("; %d requests shed", shed.Load()))
 			continue
 		}
 		var i int
@@ -126,6 +147,26 @@ func serveAgents(n, port int) int {
 		}
 	}
 	return 0
+}
+
+// arrival returns the address a datagram was sent to, and when it arrived, from its
+// control messages.
+func arrival(oob []byte) (dst net.IP, at time.Time, ok bool) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, time.Time{}, false
+	}
+	for _, m := range msgs {
+		switch {
+		case m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_PKTINFO && len(m.Data) >= unix.SizeofInet4Pktinfo:
+			info := (*unix.Inet4Pktinfo)(unsafe.Pointer(&m.Data[0]))
+			dst = net.IP(info.Addr[:]).To4()
+		case m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})):
+			ts := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+			at = time.Unix(ts.Unix())
+		}
+	}
+	return dst, at, dst != nil && !at.IsZero()
 }
 
 // agentStats says what the simulated agents took and answered, in all and from each
@@ -177,9 +218,16 @@ func startAgents(b *testing.B, n, port int) *agents {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
+		// The end of its input ends it (and its profile); killed if it does not.
 		in.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
 	})
 	a := &agents{cmd: cmd, in: in, stopped: make(chan time.Time, 1), stats: make(chan string, 1)}
 	lines := bufio.NewScanner(out)
