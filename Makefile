@@ -72,7 +72,7 @@ demo: ## Root, Linux: the whole product on one machine, with a failover (README,
 	@./hack/install-deps.sh demo
 	@./hack/build-tools.sh $(DEMO_TOOLS)
 	@$(MAKE) --no-print-directory build
-	@$(GO) build -o $(BIN)/baremetal-demo ./hack/demo
+	@$(GO) build -o $(BIN)/baremetal-demo ./test/demo
 	@BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(BIN)/baremetal-demo
 
 # The control plane programs the demo runs; make tools builds these and the install

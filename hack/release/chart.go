@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 )
 
 // chartName is the chart's name, and its directory's under charts/.
@@ -21,7 +21,7 @@ const chartName = "cloud-provider-baremetal"
 // tag), and in its values.yaml each program's image repository and digest, so that it
 // runs the images install.yaml runs. It returns the package's path.
 func packageChart(version string, images []image, dir string) (string, error) {
-	src, err := install.ChartDir()
+	src, err := render.ChartDir()
 	if err != nil {
 		return "", err
 	}
@@ -50,7 +50,7 @@ func packageChart(version string, images []image, dir string) (string, error) {
 	if err := os.WriteFile(valuesFile, values, 0o644); err != nil {
 		return "", err
 	}
-	if _, err := install.RunHelm("package", chart, "--version", chartVersion(version), "--app-version", version, "--destination", dir); err != nil {
+	if _, err := render.RunHelm("package", chart, "--version", chartVersion(version), "--app-version", version, "--destination", dir); err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, chartName+"-"+chartVersion(version)+".tgz")

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 )
 
 // installFile is the release's file of every object of the install, for kubectl apply -f.
@@ -25,7 +25,7 @@ const baseRegistry = "ghcr.io/cloud-provider-baremetal"
 // overlay of the operator's would, and with a header that says what to edit before
 // applying it.
 func renderInstall(version string, images []image) ([]byte, error) {
-	manifests, err := install.ManifestsDir()
+	manifests, err := render.ManifestsDir()
 	if err != nil {
 		return nil, err
 	}
@@ -53,14 +53,14 @@ func renderInstall(version string, images []image) ([]byte, error) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), data, 0o644); err != nil {
 		return nil, err
 	}
-	rendered, err := install.RenderYAML(dir)
+	rendered, err := render.RenderYAML(dir)
 	if err != nil {
 		return nil, err
 	}
 
 	// What the header names, and a check that every container runs a release's image: a
 	// program added to the base under another image name would otherwise run :latest.
-	objs, err := install.DecodeObjects(rendered)
+	objs, err := render.DecodeObjects(rendered)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize of manifests/base: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 )
@@ -39,7 +40,7 @@ func TestRelease(t *testing.T) {
 	if bin == "" {
 		requireInCI(t, "%s is not set: run make images, and the test with %s=<the directory of the archives>", imagesEnv, imagesEnv)
 	}
-	if _, err := install.Helm(); err != nil {
+	if _, err := render.Helm(); err != nil {
 		requireInCI(t, "%v; run make helm", err)
 	}
 	// The archives' own word on what they hold: the version they were built as, and each
@@ -71,7 +72,7 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := install.DecodeObjects(data)
+	objs, err := render.DecodeObjects(data)
 	if err != nil {
 		t.Fatalf("%s: %v", installFile, err)
 	}
@@ -98,7 +99,7 @@ func TestRelease(t *testing.T) {
 	}
 
 	// The chart: its version, and the images of its default rendering.
-	shown, err := install.RunHelm("show", "chart", filepath.Join(out, chart))
+	shown, err := render.RunHelm("show", "chart", filepath.Join(out, chart))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestRelease(t *testing.T) {
 	if meta.Version != strings.TrimPrefix(version, "v") || meta.AppVersion != version {
 		t.Errorf("%s: version %q, appVersion %q; want %q, %q", chart, meta.Version, meta.AppVersion, strings.TrimPrefix(version, "v"), version)
 	}
-	rendered, err := install.RenderChart(filepath.Join(out, chart), "baremetal-system")
+	rendered, err := render.RenderChart(filepath.Join(out, chart), "baremetal-system")
 	if err != nil {
 		t.Fatal(err)
 	}

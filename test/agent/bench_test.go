@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
@@ -110,7 +111,7 @@ func setup(b *testing.B) *env {
 	if e.admin, err = kubernetes.NewForConfig(cp.AdminConfig()); err != nil {
 		b.Fatal(err)
 	}
-	manifests, err := install.ManifestsDir()
+	manifests, err := render.ManifestsDir()
 	if err != nil {
 		b.Fatal(err)
 	}

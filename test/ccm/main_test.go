@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
@@ -110,7 +111,7 @@ func newEnv(cp *controlplane.ControlPlane) (*env, error) {
 	if e.dir, err = os.MkdirTemp("", "baremetal-ccm-test-"); err != nil {
 		return nil, err
 	}
-	manifests, err := install.ManifestsDir()
+	manifests, err := render.ManifestsDir()
 	if err != nil {
 		return nil, err
 	}

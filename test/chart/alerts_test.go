@@ -17,7 +17,7 @@ const alertsTest = "testdata/alerts_test.yaml"
 // renders, and checks that each alert has a case that fires it and one that does not.
 func TestAlerts(t *testing.T) {
 	promtool := findPromtool(t)
-	rule := find(t, render(t, "--set", "prometheusRule.enabled=true"), "PrometheusRule", "cloud-provider-baremetal")
+	rule := find(t, renderChart(t, "--set", "prometheusRule.enabled=true"), "PrometheusRule", "cloud-provider-baremetal")
 	// A PrometheusRule's spec is a Prometheus rule file.
 	spec, ok := rule.Object["spec"]
 	if !ok {

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 )
 
 // object is a rendered object as plain JSON values, so that kustomize's and helm's
@@ -127,12 +127,12 @@ var allowances = []allowance{
 // TestDefaultsMatchManifests renders manifests/ with kustomize and the chart with its
 // default values, and fails on any difference but the allowances.
 func TestDefaultsMatchManifests(t *testing.T) {
-	chartObjs := render(t)
-	manifests, err := install.ManifestsDir()
+	chartObjs := renderChart(t)
+	manifests, err := render.ManifestsDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	kustomizeObjs, err := install.Render(manifests)
+	kustomizeObjs, err := render.Render(manifests)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,8 +65,8 @@ verdictKey:
 `, pool, probePort), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs := render(t, "--values", values, "--set-file", "verdictKey.public=testdata/verdict.pub", "--set-file", "verdictKey.private=testdata/verdict.key")
-	alertRules := find(t, render(t, "--set", "prometheusRule.enabled=true"), "PrometheusRule", "cloud-provider-baremetal")
+	objs := renderChart(t, "--values", values, "--set-file", "verdictKey.public=testdata/verdict.pub", "--set-file", "verdictKey.private=testdata/verdict.key")
+	alertRules := find(t, renderChart(t, "--set", "prometheusRule.enabled=true"), "PrometheusRule", "cloud-provider-baremetal")
 
 	cp := controlplane.Shared(t)
 	ctx := t.Context()

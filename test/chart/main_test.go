@@ -12,8 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 )
 
 func TestMain(m *testing.M) {
@@ -27,23 +27,23 @@ const namespace = "baremetal-system"
 // on it: skipped outside CI, failed in CI, which must not pass by running nothing.
 func chartDir(t testing.TB) string {
 	t.Helper()
-	if _, err := install.Helm(); err != nil {
-		if errors.Is(err, install.ErrHelmNotFound) && !inCI() {
+	if _, err := render.Helm(); err != nil {
+		if errors.Is(err, render.ErrHelmNotFound) && !inCI() {
 			t.Skipf("%v; run `make helm` to build it into hack/tools/bin, or set %s", err, controlplane.BinDirEnv)
 		}
 		t.Fatal(err)
 	}
-	dir, err := install.ChartDir()
+	dir, err := render.ChartDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
 
-// render returns the chart's objects rendered with args (--set, --values) into namespace.
-func render(t testing.TB, args ...string) []*unstructured.Unstructured {
+// renderChart returns the chart's objects rendered with args (--set, --values) into namespace.
+func renderChart(t testing.TB, args ...string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := install.RenderChart(chartDir(t), namespace, args...)
+	objs, err := render.RenderChart(chartDir(t), namespace, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

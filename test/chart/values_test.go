@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 )
 
 // withPublicKey is what probeKey.create needs besides: the ccm's public key, of the test
@@ -35,7 +35,7 @@ func TestLint(t *testing.T) {
 	dir := chartDir(t)
 	for name, args := range map[string][]string{"defaults": nil, "everything": everything} {
 		t.Run(name, func(t *testing.T) {
-			out, err := install.RunHelm(append([]string{"lint", "--strict", dir, "--namespace", namespace}, args...)...)
+			out, err := render.RunHelm(append([]string{"lint", "--strict", dir, "--namespace", namespace}, args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +49,7 @@ func TestLint(t *testing.T) {
 // TestValues checks what each value changes in the rendering.
 func TestValues(t *testing.T) {
 	t.Run("existing ConfigMap", func(t *testing.T) {
-		objs := render(t, "--set", "cloudConfig.existingConfigMap=my-pools")
+		objs := renderChart(t, "--set", "cloudConfig.existingConfigMap=my-pools")
 		for _, o := range objs {
 			if o.GetKind() == "ConfigMap" {
 				t.Errorf("the chart renders ConfigMap %s beside the existing one", o.GetName())
@@ -64,7 +64,7 @@ func TestValues(t *testing.T) {
 
 	t.Run("probe key from a value", func(t *testing.T) {
 		const key = "a-probe-key-of-forty-four-letters-and-digits"
-		objs := render(t, append(withPublicKey, "--set", "probeKey.create=true", "--set", "probeKey.value="+key, "--set", "probeKey.secretName=my-key")...)
+		objs := renderChart(t, append(withPublicKey, "--set", "probeKey.create=true", "--set", "probeKey.value="+key, "--set", "probeKey.secretName=my-key")...)
 		data, _, _ := unstructured.NestedString(find(t, objs, "Secret", "my-key").Object, "data", "key")
 		if got, _ := base64.StdEncoding.DecodeString(data); string(got) != key {
 			t.Errorf("the Secret holds %q, want %q", got, key)
@@ -81,7 +81,7 @@ func TestValues(t *testing.T) {
 		// tool that renders with `helm template` would apply (see values.yaml).
 		keys := map[string]bool{}
 		for range 2 {
-			data, _, _ := unstructured.NestedString(find(t, render(t, append(withPublicKey, "--set", "probeKey.create=true")...), "Secret", "baremetal-probe-key").Object, "data", "key")
+			data, _, _ := unstructured.NestedString(find(t, renderChart(t, append(withPublicKey, "--set", "probeKey.create=true")...), "Secret", "baremetal-probe-key").Object, "data", "key")
 			key, _ := base64.StdEncoding.DecodeString(data)
 			if len(key) < 32 {
 				t.Errorf("generated key %q is %d bytes, want at least 32", key, len(key))
@@ -94,14 +94,14 @@ func TestValues(t *testing.T) {
 	})
 
 	t.Run("probe key too short", func(t *testing.T) {
-		_, err := install.RenderChart(chartDir(t), namespace, append(withPublicKey, "--set", "probeKey.create=true", "--set", "probeKey.value=short")...)
+		_, err := render.RenderChart(chartDir(t), namespace, append(withPublicKey, "--set", "probeKey.create=true", "--set", "probeKey.value=short")...)
 		if err == nil || !strings.Contains(err.Error(), "want at least 32") {
 			t.Errorf("a 5-byte key: got %v, want an error saying at least 32 bytes", err)
 		}
 	})
 
 	t.Run("verdict keys", func(t *testing.T) {
-		objs := render(t, everything...)
+		objs := renderChart(t, everything...)
 		pub, _, _ := unstructured.NestedString(find(t, objs, "Secret", "baremetal-probe-key").Object, "data", "verdict.pub")
 		priv, _, _ := unstructured.NestedString(find(t, objs, "Secret", "baremetal-verdict-key").Object, "data", "key")
 		for name, tc := range map[string]struct{ data, file string }{"verdict.pub": {pub, "testdata/verdict.pub"}, "the private key": {priv, "testdata/verdict.key"}} {
@@ -132,7 +132,7 @@ func TestValues(t *testing.T) {
 			"no private key":              {"--set", "verdictKey.create=true"},
 			"a public key as the private": {"--set", "verdictKey.create=true", "--set-file", "verdictKey.private=testdata/verdict.pub"},
 		} {
-			if _, err := install.RenderChart(chartDir(t), namespace, args...); err == nil || !strings.Contains(err.Error(), "verdictKey.") {
+			if _, err := render.RenderChart(chartDir(t), namespace, args...); err == nil || !strings.Contains(err.Error(), "verdictKey.") {
 				t.Errorf("%s: got %v, want an error naming the verdictKey value", name, err)
 			}
 		}
@@ -140,7 +140,7 @@ func TestValues(t *testing.T) {
 
 	t.Run("images", func(t *testing.T) {
 		digest := "sha256:" + strings.Repeat("cd", 32)
-		objs := render(t, "--set", "ccm.image.tag=v9.9.9", "--set", "ccm.image.digest="+digest,
+		objs := renderChart(t, "--set", "ccm.image.tag=v9.9.9", "--set", "ccm.image.digest="+digest,
 			"--set", "agent.image.repository=registry.example/agent", "--set", "agent.image.pullPolicy=Always")
 		ccm := container(t, find(t, objs, "Deployment", "baremetal-ccm"))
 		if want := "ghcr.io/cloud-provider-baremetal/baremetal-ccm:v9.9.9@" + digest; ccm["image"] != want {
@@ -153,7 +153,7 @@ func TestValues(t *testing.T) {
 	})
 
 	t.Run("leader election", func(t *testing.T) {
-		objs := render(t, "--set", "ccm.replicas=3", "--set", "ccm.leaderElection.resourceName=my-lease",
+		objs := renderChart(t, "--set", "ccm.replicas=3", "--set", "ccm.leaderElection.resourceName=my-lease",
 			"--set", "ccm.leaderElection.leaseDuration=30s", "--set", "ccm.leaderElection.renewDeadline=20s", "--set", "ccm.leaderElection.retryPeriod=4s")
 		d := find(t, objs, "Deployment", "baremetal-ccm")
 		if r, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); r != 3 {
@@ -174,20 +174,20 @@ func TestValues(t *testing.T) {
 			t.Errorf("the Role grants the Leases %v, want [my-lease]", names)
 		}
 
-		single := container(t, find(t, render(t, "--set", "ccm.replicas=1", "--set", "ccm.leaderElection.enabled=false"), "Deployment", "baremetal-ccm"))
+		single := container(t, find(t, renderChart(t, "--set", "ccm.replicas=1", "--set", "ccm.leaderElection.enabled=false"), "Deployment", "baremetal-ccm"))
 		for _, a := range stringList(single["args"]) {
 			if strings.HasPrefix(a, "--leader-elect") && a != "--leader-elect=false" {
 				t.Errorf("without leader election the ccm still gets %s", a)
 			}
 		}
-		_, err := install.RenderChart(chartDir(t), namespace, "--set", "ccm.leaderElection.enabled=false")
+		_, err := render.RenderChart(chartDir(t), namespace, "--set", "ccm.leaderElection.enabled=false")
 		if err == nil || !strings.Contains(err.Error(), "needs ccm.leaderElection.enabled") {
 			t.Errorf("two replicas without leader election: got %v, want an error", err)
 		}
 	})
 
 	t.Run("scheduling", func(t *testing.T) {
-		objs := render(t, "--set", "agent.nodeSelector.lb=internal", "--set", "agent.tolerations=null",
+		objs := renderChart(t, "--set", "agent.nodeSelector.lb=internal", "--set", "agent.tolerations=null",
 			"--set", "ccm.priorityClassName=my-priority", "--set", "ccm.resources.limits.memory=1Gi")
 		ds := find(t, objs, "DaemonSet", "baremetal-agent")
 		if sel, _, _ := unstructured.NestedStringMap(ds.Object, "spec", "template", "spec", "nodeSelector"); sel["lb"] != "internal" {
@@ -206,7 +206,7 @@ func TestValues(t *testing.T) {
 	})
 
 	t.Run("monitoring", func(t *testing.T) {
-		objs := render(t, everything...)
+		objs := renderChart(t, everything...)
 		for _, kind := range []string{"ServiceMonitor", "PrometheusRule"} {
 			o := find(t, objs, kind, "cloud-provider-baremetal")
 			if o.GetAPIVersion() != "monitoring.coreos.com/v1" {

@@ -1,22 +1,17 @@
 package controlplane
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/module"
 )
 
 // BinDirEnv names the environment variable that, when set, gives the directory holding
-// the binaries the tests run (etcd, kube-apiserver, kube-controller-manager and
-// kube-proxy), instead of hack/tools/bin under the module root.
-const BinDirEnv = "BAREMETAL_TEST_BINDIR"
-
-// modulePath is the module whose root holds hack/tools/bin. It is matched by name
-// because hack/tools has a go.mod of its own.
-const modulePath = "github.com/cloud-provider-baremetal/cloud-provider-baremetal"
+// the binaries the tests run, instead of hack/tools/bin under the module root.
+const BinDirEnv = module.BinDirEnv
 
 // ErrBinaryNotFound is returned, wrapped, by Start, StartControllerManager and Binary when
 // a program is not where it should be. Outside CI the test helpers turn it into a skip.
@@ -30,16 +25,7 @@ type binaries struct {
 
 // BinDir returns the directory of the tools the tests run: $BAREMETAL_TEST_BINDIR, or else
 // hack/tools/bin under the module root.
-func BinDir() (string, error) {
-	if dir := os.Getenv(BinDirEnv); dir != "" {
-		return dir, nil
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, "hack", "tools", "bin"), nil
-}
+func BinDir() (string, error) { return module.BinDir() }
 
 // Binary returns the path of the program called name in BinDir, such as "kube-proxy", or
 // an error wrapping ErrBinaryNotFound when there is no executable file of that name.
@@ -70,36 +56,4 @@ func findBinaries() (binaries, error) {
 		return binaries{}, err
 	}
 	return bins, nil
-}
-
-// moduleRoot walks up from the working directory (a package directory under go test) to
-// the directory whose go.mod declares this module.
-func moduleRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find module root: %w", err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if declaresModule(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		if parent := filepath.Dir(dir); parent == dir {
-			return "", fmt.Errorf("find module root: no go.mod of %s in %s or above it; set %s", modulePath, wd, BinDirEnv)
-		}
-	}
-}
-
-func declaresModule(goMod string) bool {
-	f, err := os.Open(goMod)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(scanner.Text()), "module "); ok {
-			return strings.Trim(strings.TrimSpace(rest), `"`) == modulePath
-		}
-	}
-	return false
 }

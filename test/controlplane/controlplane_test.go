@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -142,17 +141,6 @@ func TestStartWithoutBinaries(t *testing.T) {
 	_, err := Start(t.Context())
 	if !errors.Is(err, ErrBinaryNotFound) {
 		t.Fatalf("Start without binaries: got %v, want ErrBinaryNotFound", err)
-	}
-}
-
-func TestModuleRoot(t *testing.T) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wd, _ := os.Getwd()
-	if rel, err := filepath.Rel(root, wd); err != nil || rel != filepath.Join("test", "controlplane") {
-		t.Errorf("module root %s is not two levels above the package directory %s", root, wd)
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/podman"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
@@ -68,11 +68,11 @@ func loadImages(t testing.TB, env string) *testbed.Images {
 // Deployment, as the manifests render.
 func manifestPods(t testing.TB) map[testbed.Program]corev1.PodSpec {
 	t.Helper()
-	dir, err := install.ManifestsDir()
+	dir, err := render.ManifestsDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := install.Render(dir)
+	objs, err := render.Render(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/kubeproxy"
@@ -176,7 +177,7 @@ func client(err error) error {
 // does once it has built them, and returns its directory.
 func writeRelease(t *testing.T, version, imagesDir string) string {
 	t.Helper()
-	root, err := install.ManifestsDir()
+	root, err := render.ManifestsDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ type readmeBlocks struct {
 // probe key (step 3), kubectl apply, and Uninstall's kubectl delete.
 func installBlocks(t *testing.T) readmeBlocks {
 	t.Helper()
-	root, err := install.ManifestsDir()
+	root, err := render.ManifestsDir()
 	if err != nil {
 		t.Fatal(err)
 	}

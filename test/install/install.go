@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,57 +21,16 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/api/resmap"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 )
 
 // fieldManager owns what the tests apply.
 const fieldManager = "baremetal-test"
 
-// Render runs kustomize on dir, as `kubectl kustomize dir` does.
-func Render(dir string) ([]*unstructured.Unstructured, error) {
-	resources, err := kustomize(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []*unstructured.Unstructured
-	for _, r := range resources.Resources() {
-		m, err := r.Map()
-		if err != nil {
-			return nil, fmt.Errorf("kustomize %s: %s: %w", dir, r.CurId(), err)
-		}
-		out = append(out, &unstructured.Unstructured{Object: m})
-	}
-	return out, nil
-}
-
-// RenderYAML runs kustomize on dir and returns what `kubectl kustomize dir` prints: the
-// objects as YAML documents.
-func RenderYAML(dir string) ([]byte, error) {
-	resources, err := kustomize(dir)
-	if err != nil {
-		return nil, err
-	}
-	out, err := resources.AsYaml()
-	if err != nil {
-		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
-	}
-	return out, nil
-}
-
-// kustomize runs kustomize on dir with kubectl's defaults.
-func kustomize(dir string) (resmap.ResMap, error) {
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
-	}
-	return resources, nil
-}
-
 // Apply renders dir and server-side applies every object, in order, as admin.
 func Apply(ctx context.Context, admin *rest.Config, dir string) error {
-	objs, err := Render(dir)
+	objs, err := render.Render(dir)
 	if err != nil {
 		return err
 	}
@@ -110,27 +67,6 @@ func ApplyObjects(ctx context.Context, admin *rest.Config, objs []*unstructured.
 		}
 	}
 	return nil
-}
-
-// ManifestsDir returns the manifests/ folder of the module, found from the working
-// directory of a test.
-func ManifestsDir() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "manifests", "kustomization.yaml")); err == nil {
-				return filepath.Join(dir, "manifests"), nil
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no manifests/kustomization.yaml above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // WriteKubeconfig writes cfg (server, CA, and a bearer token or client certificate) as a

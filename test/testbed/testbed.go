@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
@@ -117,7 +118,7 @@ func NewWithImages(ctx context.Context, cp *controlplane.ControlPlane, n int, cl
 	// Run last: with the ccm stopped, the Services it handled keep their finalizer, and
 	// the next testbed's agents would still see them name node1.
 	c.closers = append(c.closers, c.deleteServices)
-	manifests, err := install.ManifestsDir()
+	manifests, err := render.ManifestsDir()
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,8 @@
-package install
+// Package render renders the project's install manifests and Helm chart as an operator
+// would: the kustomize base and overlays with kustomize, as `kubectl kustomize` does, and
+// the chart with `helm template`, run from the helm binary that `make helm` builds. The
+// release tooling and the tests both use it.
+package render
 
 import (
 	"bufio"
@@ -13,22 +17,78 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/module"
 )
 
-// ReleaseName is the Helm release the tests install the chart as.
+// Render runs kustomize on dir, as `kubectl kustomize dir` does.
+func Render(dir string) ([]*unstructured.Unstructured, error) {
+	resources, err := kustomize(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range resources.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			return nil, fmt.Errorf("kustomize %s: %s: %w", dir, r.CurId(), err)
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out, nil
+}
+
+// RenderYAML runs kustomize on dir and returns what `kubectl kustomize dir` prints: the
+// objects as YAML documents.
+func RenderYAML(dir string) ([]byte, error) {
+	resources, err := kustomize(dir)
+	if err != nil {
+		return nil, err
+	}
+	out, err := resources.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	return out, nil
+}
+
+// kustomize runs kustomize on dir with kubectl's defaults.
+func kustomize(dir string) (resmap.ResMap, error) {
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	return resources, nil
+}
+
+// ManifestsDir returns the module's manifests/ folder.
+func ManifestsDir() (string, error) {
+	root, err := module.Root()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, "manifests")
+	if _, err := os.Stat(filepath.Join(dir, "kustomization.yaml")); err != nil {
+		return "", fmt.Errorf("no kustomization.yaml in the module's manifests: %w", err)
+	}
+	return dir, nil
+}
+
+// ReleaseName is the Helm release RenderChart renders the chart as.
 const ReleaseName = "baremetal"
 
 // ErrHelmNotFound is returned, wrapped, by Helm when the helm binary that `make helm`
 // builds is not there.
 var ErrHelmNotFound = errors.New("helm not found")
 
-// Helm returns the path of the helm binary in controlplane.BinDir, where `make helm`
-// builds it.
+// Helm returns the path of the helm binary in the tools directory (module.BinDir), where
+// `make helm` builds it.
 func Helm() (string, error) {
-	dir, err := controlplane.BinDir()
+	dir, err := module.BinDir()
 	if err != nil {
 		return "", err
 	}
@@ -40,8 +100,7 @@ func Helm() (string, error) {
 	return path, nil
 }
 
-// ChartDir returns the chart of the module, charts/cloud-provider-baremetal, found from
-// the working directory of a test.
+// ChartDir returns the chart of the module, charts/cloud-provider-baremetal.
 func ChartDir() (string, error) {
 	manifests, err := ManifestsDir()
 	if err != nil {

@@ -1,4 +1,4 @@
-package install
+package render
 
 import (
 	"path/filepath"
