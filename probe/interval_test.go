@@ -72,3 +72,25 @@ func TestResponderIdleGap(t *testing.T) {
 		}
 	})
 }
+
+// TestResponderIdleFlagOfNewestOnly checks that only the newest request of the ccm says
+// when the next is due: an idle request that arrives after a newer one at the full rate
+// (reordered on the way, or held back and let go) would otherwise make the agent wait ten
+// intervals before it takes a dead ccm for silent.
+func TestResponderIdleFlagOfNewestOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newTestResponder(t)
+		ccm := newTalker(r, FromCCM, NewInstance())
+		ccm.ask(t, ccm.next())
+		ccm.ask(t, ccm.next())
+		older := ccm.next()
+		older.Idle = true
+		ccm.ask(t, ccm.next())
+		if _, ok := ccm.send(t, testKey.AppendRequest(nil, older)); !ok {
+			t.Fatal("a fresh counter, late, was not answered")
+		}
+		if got, want := r.SilentAfter(), testInterval+testInterval/2; got != want {
+			t.Errorf("SilentAfter after an idle request older than the newest = %v, want %v", got, want)
+		}
+	})
+}

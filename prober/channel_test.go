@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,5 +264,48 @@ func TestParseEchoReply(t *testing.T) {
 		if ok != tc.ok || (ok && got != nonce) {
 			t.Errorf("%s: parseEchoReply = %#x, %v; want %#x, %v", tc.name, got, ok, uint64(nonce), tc.ok)
 		}
+	}
+}
+
+// TestReplyOfAnotherNodeSetsNothing checks that a reply naming another node than the one
+// probed, as root on a node holding the probe key can make for any probe it sees, counts
+// as that probe's miss and changes nothing else of the node probed: not the challenge its
+// next requests echo, nor whether they may say it is idle (a flag an agent of an earlier
+// release refuses).
+func TestReplyOfAnotherNodeSetsNothing(t *testing.T) {
+	port := agentPort(t)
+	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	const forged = 42
+	var answered atomic.Int64
+	go func() {
+		b := make([]byte, probe.MaxDatagram)
+		for {
+			n, from, err := conn.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			req, err := testKey.ParseRequest(b[:n])
+			if err != nil {
+				continue
+			}
+			reply, _ := testKey.AppendReply(nil, probe.Reply{Nonce: req.Nonce, Challenge: forged, State: probe.Ready, Node: "node-b", TakesIdle: true})
+			if _, err := conn.WriteTo(reply, from); err == nil {
+				answered.Add(1)
+			}
+		}
+	}()
+	p, _ := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"))
+	eventually(t, 2*time.Second, "node-a down, its probes answered for node-b", func() bool {
+		return p.Health("node-a") == Down && answered.Load() >= 3
+	})
+	p.mu.Lock()
+	a := p.agents["node-a"]
+	p.mu.Unlock()
+	if a.takesIdle.Load() || a.challenge.Load() == forged {
+		t.Errorf("a reply for node-b set node-a's probe: takes idle %v, challenge %d (forged %d)", a.takesIdle.Load(), a.challenge.Load(), forged)
 	}
 }

@@ -434,7 +434,9 @@ func (s *sched) take(conn *net.UDPConn, b []byte) {
 		return
 	}
 	a, sent, stale := s.answer(reply)
-	if a == nil {
+	if a == nil || reply.Node != a.node {
+		// Another node's agent answered at this node's address (a miss, for this node):
+		// nothing it says is this node's.
 		return
 	}
 	a.challenge.Store(reply.Challenge)
