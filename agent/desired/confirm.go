@@ -2,6 +2,7 @@ package desired
 
 import (
 	"net/netip"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -22,11 +23,11 @@ func Digest(addrs []Address) probe.Digest {
 
 // Confirmed returns what an agent that cannot trust its own view announces: the
 // addresses of the ccm's duty list that it holds, sorted. own is what its own view gives
-// it; held what the Services whose plans name it hold (Held). An address the duty gives
-// the node though a stale plan gives it to another node is announced, since the ccm
-// decides from fresher plans; one of own the duty does not list is not. An address the
-// node's cache does not hold at all has no pool or Services known here, and waits for
-// the cache.
+// it; held what the Services its cache holds give it leave to announce (Held). An address
+// the duty gives the node though a stale plan gives it to another node, or names the node
+// nowhere, is announced, since the ccm decides from fresher plans; one of own the duty
+// does not list is not. An address the node's cache does not hold at all has no pool or
+// Services known here, and waits for the cache.
 func Confirmed(own, held []Address, duty []netip.Addr) []Address {
 	confirmed := make(map[netip.Addr]bool, len(duty))
 	for _, a := range duty {
@@ -51,9 +52,37 @@ func Confirmed(own, held []Address, duty []netip.Addr) []Address {
 	return out
 }
 
-// Held returns every address that node could announce for the Services whose plans name
-// it, sorted: what ComputeOf gives it were every other node down.
+// Held returns every address of the Services the cache holds that the pools let node
+// announce, sorted, each with its Services: the addresses a duty of the ccm may give it.
+// Their plans are not asked: a cache that missed a move holds a plan written while this
+// node was down, which names it nowhere, though the ccm's fresher plan makes it the
+// announcer.
 func Held(node string, nodeLabels labels.Set, requests []*annotation.Request, cfg *config.Config) []Address {
-	held, _ := ComputeOf(node, nodeLabels, requests, cfg, func(n string) bool { return n != node }, nil)
-	return held
+	byAddr := map[netip.Addr]*Address{}
+	for _, r := range requests {
+		if !r.Ours() || node == "" {
+			continue
+		}
+		for _, addr := range r.Ingress {
+			pool, reason := admit(addr, cfg, nodeLabels)
+			if reason != "" {
+				continue
+			}
+			a := byAddr[addr]
+			if a == nil {
+				a = &Address{Addr: addr, Pool: pool}
+				byAddr[addr] = a
+			}
+			if !slices.Contains(a.Services, r.Service) {
+				a.Services = append(a.Services, r.Service)
+			}
+		}
+	}
+	out := make([]Address, 0, len(byAddr))
+	for _, a := range byAddr {
+		slices.Sort(a.Services)
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(a, b Address) int { return a.Addr.Compare(b.Addr) })
+	return out
 }

@@ -188,8 +188,9 @@ func TestConfirmed(t *testing.T) {
 	}
 }
 
-// TestHeld: a Service whose plan names the node, behind an announcer that is up, is held;
-// one that does not name it is not.
+// TestHeld: every address of the cached Services that the pools let the node announce is
+// held, whether the plan, which may be stale, names the node or not; one of a pool whose
+// nodeSelector leaves the node out is not.
 func TestHeld(t *testing.T) {
 	cfg, err := config.Parse("cloud-config", []byte(cloudConfig))
 	if err != nil {
@@ -199,10 +200,15 @@ func TestHeld(t *testing.T) {
 	behind.Annotations[annotation.Standbys] = "node-a"
 	elsewhere := service("elsewhere", "node-b", "198.18.0.71")
 	elsewhere.Annotations[annotation.Standbys] = "node-c"
-	requests := parse([]*v1.Service{behind, elsewhere})
+	edge := service("edge", "node-b", "198.18.1.1")
+	requests := parse([]*v1.Service{behind, elsewhere, edge})
 	held := Held("node-a", nil, requests, cfg)
-	if len(held) != 1 || held[0].Addr != netip.MustParseAddr("198.18.0.70") || !slices.Equal(held[0].Services, []string{"ns/behind"}) {
-		t.Errorf("Held = %+v, want 198.18.0.70 of ns/behind only", held)
+	var got []string
+	for _, a := range held {
+		got = append(got, a.Addr.String()+" "+strings.Join(a.Services, ","))
+	}
+	if want := []string{"198.18.0.70 ns/behind", "198.18.0.71 ns/elsewhere"}; !slices.Equal(got, want) {
+		t.Errorf("Held = %q, want %q: every address of a pool that selects node-a, named in the plan or not", got, want)
 	}
 	if own, _ := ComputeOf("node-a", nil, requests, cfg, nobodyDown, nil); len(own) != 0 {
 		t.Errorf("ComputeOf with every node up = %+v, want nothing: node-b announces", own)

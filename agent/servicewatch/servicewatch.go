@@ -97,8 +97,10 @@ type Watcher struct {
 	draining atomic.Bool
 	applied  []desired.Address // what the speaker was last given; only sync touches it
 	covers   []string          // the nodes stood in for, last sync; only sync touches it
-	// parsed keeps the Services' requests; only sync touches it.
-	parsed annotation.Cache
+	// parsed keeps the requests of the Services naming the node, and everyParsed those
+	// of every Service cached, which only an agent announcing what the ccm confirms needs;
+	// only sync touches them.
+	parsed, everyParsed annotation.Cache
 	// duties, if set, is the ccm's duty to compare the own view with.
 	duties Duties
 	check  dutyCheck
@@ -265,6 +267,18 @@ func (w *Watcher) processNext() bool {
 	return true
 }
 
+// cached returns every Service of the cache.
+func (w *Watcher) cached() []*v1.Service {
+	objs := w.informer.GetStore().List()
+	services := make([]*v1.Service, 0, len(objs))
+	for _, o := range objs {
+		if svc, ok := o.(*v1.Service); ok {
+			services = append(services, svc)
+		}
+	}
+	return services
+}
+
 func (w *Watcher) sync() error {
 	objs, err := w.informer.GetIndexer().ByIndex(byPlan, w.node)
 	if err != nil {
@@ -285,7 +299,10 @@ func (w *Watcher) sync() error {
 	if w.draining.Load() {
 		addrs = keep(w.applied, addrs)
 	} else {
-		addrs = w.confirm(addrs, func() []desired.Address { return desired.Held(w.node, nodeLabels, requests, cfg) })
+		addrs = w.confirm(addrs, func() []desired.Address {
+			// Every cached Service: a stale plan may name this node nowhere.
+			return desired.Held(w.node, nodeLabels, w.everyParsed.Requests(w.cached()), cfg)
+		})
 	}
 	w.speaker.Apply(addrs)
 	w.applied = addrs

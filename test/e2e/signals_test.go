@@ -184,6 +184,49 @@ func TestAgentCutOffFromAPIServerTakesOver(t *testing.T) {
 	}
 }
 
+// TestAgentNamedNowhereTakesOver is TestAgentCutOffFromAPIServerTakesOver with a node that
+// the frozen cache's plan names nowhere: of four nodes, a plan names the announcer and two
+// standbys. The ccm's duty gives it the addresses when the Service moves to it, and it
+// announces them though its cache does not say it may; an agent that took up only the
+// addresses its cache's plans name left them unanswered until its watch came back, as
+// make bench-failover found with the API server stopped after a node had flapped.
+func TestAgentNamedNowhereTakesOver(t *testing.T) {
+	c := newCluster(t, 4)
+	c.startCCM(t)
+	a := c.Net.Nodes[0]
+	svc, addrs := c.createLBService(t, "named-nowhere", annotation.PreferredNodes, a.Label)
+	c.waitSettled(t)
+	for _, addr := range addrs {
+		c.waitSteady(t, addr, a.Label)
+	}
+	plan := c.plan(t, svc)
+	var x *netns.Host
+	for _, h := range c.Net.Nodes {
+		if !slices.Contains(plan, h.Label) {
+			x = h
+		}
+	}
+	if x == nil {
+		t.Fatalf("the plan %v names all %d nodes", plan, len(c.Net.Nodes))
+	}
+	heal := c.cutFromAPIServer(t, x)
+	defer heal()
+	c.setPreferredNodes(t, svc, x.Label)
+	moved := c.waitAnnouncerSeen(t, svc, x.Label, 10*time.Second)
+	var took time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		took = time.Now()
+		return c.owned(t, x) == len(addrs), nil
+	})
+	if err != nil {
+		t.Fatalf("%s, cut off from the API server with a plan (%v) that names it nowhere, answers for %d of its %d addresses 5 s after the ccm gave them to it", x.Label, plan, c.owned(t, x), len(addrs))
+	}
+	t.Logf("%s answered %v after the move was seen", x.Label, took.Sub(moved).Round(time.Millisecond))
+	for _, addr := range addrs {
+		c.waitSteady(t, addr, x.Label)
+	}
+}
+
 // createFamilyService creates a single-stack LoadBalancer Service of family f that
 // prefers node, waits for its address and announcer, and returns them. Annotations, as
 // key and value in turn, are added to the Service's.
