@@ -453,7 +453,7 @@ func (s *sched) take(conn *net.UDPConn, b []byte) {
 // sent holds an older one, if it missed the broadcast.
 func (s *sched) resendVerdict(conn *net.UDPConn, a *agentProbe, sent time.Time) {
 	ref, parts := s.p.verdictParts()
-	if !s.missedBroadcast(ref, sent) {
+	if !s.p.missedBroadcast(ref, sent) {
 		return
 	}
 	for _, v := range parts {
@@ -569,16 +569,6 @@ func (s *sched) broadcast(to []*agentProbe) {
 		}
 	}
 	verdictsSent.Add(float64(len(to) - failed/len(parts)))
-}
-
-// missedBroadcast reports whether an agent whose reply to a probe sent at sent holds an
-// older verdict than ref missed ref's broadcast: the probe left after it. A probe that
-// left before may have reached the agent first, as most do while thousands of verdicts
-// go out: sending the verdict again to each would double what every agent must check
-// (and the ccm send); the agent's next reply says whether it lacks it still.
-func (s *sched) missedBroadcast(ref probe.VerdictRef, sent time.Time) bool {
-	m := s.p.broadcast.Load()
-	return m == nil || m.ref != ref || sent.After(m.at)
 }
 
 // request returns the request to send to a's agent. Its counter is a's own, so that the

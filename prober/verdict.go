@@ -286,6 +286,16 @@ func (p *Prober) broadcastDone(ref probe.VerdictRef) {
 	}
 }
 
+// missedBroadcast reports whether an agent whose reply to a probe sent at sent holds an
+// older verdict than ref missed ref's broadcast: the probe left after it. A probe that
+// left before may have reached the agent first, as most do while thousands of verdicts
+// go out: sending the verdict again to each would double what every agent must check
+// (and the ccm send); the agent's next reply says whether it lacks it still.
+func (p *Prober) missedBroadcast(ref probe.VerdictRef, sent time.Time) bool {
+	m := p.broadcast.Load()
+	return m == nil || m.ref != ref || sent.After(m.at)
+}
+
 // few returns at most 10 names, for logs.
 func few(names []string) []string { return names[:min(len(names), 10)] }
 

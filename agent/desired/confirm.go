@@ -2,7 +2,6 @@ package desired
 
 import (
 	"net/netip"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -58,31 +57,16 @@ func Confirmed(own, held []Address, duty []netip.Addr) []Address {
 // node was down, which names it nowhere, though the ccm's fresher plan makes it the
 // announcer.
 func Held(node string, nodeLabels labels.Set, requests []*annotation.Request, cfg *config.Config) []Address {
-	byAddr := map[netip.Addr]*Address{}
+	byAddr := addresses{}
 	for _, r := range requests {
 		if !r.Ours() || node == "" {
 			continue
 		}
 		for _, addr := range r.Ingress {
-			pool, reason := admit(addr, cfg, nodeLabels)
-			if reason != "" {
-				continue
-			}
-			a := byAddr[addr]
-			if a == nil {
-				a = &Address{Addr: addr, Pool: pool}
-				byAddr[addr] = a
-			}
-			if !slices.Contains(a.Services, r.Service) {
-				a.Services = append(a.Services, r.Service)
+			if pool, reason := admit(addr, cfg, nodeLabels); reason == "" {
+				byAddr.add(addr, pool, r.Service, nil)
 			}
 		}
 	}
-	out := make([]Address, 0, len(byAddr))
-	for _, a := range byAddr {
-		slices.Sort(a.Services)
-		out = append(out, *a)
-	}
-	slices.SortFunc(out, func(a, b Address) int { return a.Addr.Compare(b.Addr) })
-	return out
+	return byAddr.sorted()
 }

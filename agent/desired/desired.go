@@ -149,7 +149,7 @@ func parse(services []*v1.Service) []*annotation.Request {
 // coveredBy are the peers that said they stand in for node while no ccm was heard: node
 // announces nothing of a plan that names one of them, and keeps the others.
 func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Request, cfg *config.Config, down Down, coveredBy []string) ([]Address, []Refusal) {
-	byAddr := map[netip.Addr]*Address{}
+	byAddr := addresses{}
 	var refused []Refusal
 	withdrawn := func(n string) bool { return n == node || down(n) }
 	assign := func(r *annotation.Request) (string, []string) {
@@ -193,29 +193,45 @@ func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Reques
 				refused = append(refused, Refusal{Service: r.Service, Address: addr.String(), Reason: reason})
 				continue
 			}
-			a := byAddr[addr]
-			if a == nil {
-				a = &Address{Addr: addr, Pool: pool}
-				byAddr[addr] = a
-			}
-			if !slices.Contains(a.Services, r.Service) {
-				a.Services = append(a.Services, r.Service)
-			}
-			a.Covers = append(a.Covers, covers...)
+			byAddr.add(addr, pool, r.Service, covers)
 		}
 	}
-	out := make([]Address, 0, len(byAddr))
-	for _, a := range byAddr {
+	out := byAddr.sorted()
+	slices.SortFunc(refused, func(a, b Refusal) int {
+		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.Address, b.Address))
+	})
+	return out, refused
+}
+
+// addresses gathers what a node announces, each address once with its Services and the
+// nodes it stands in for.
+type addresses map[netip.Addr]*Address
+
+// add records addr, of pool, for service, standing in for covers.
+func (m addresses) add(addr netip.Addr, pool *config.Pool, service string, covers []string) {
+	a := m[addr]
+	if a == nil {
+		a = &Address{Addr: addr, Pool: pool}
+		m[addr] = a
+	}
+	if !slices.Contains(a.Services, service) {
+		a.Services = append(a.Services, service)
+	}
+	a.Covers = append(a.Covers, covers...)
+}
+
+// sorted returns the addresses in order, each with its Services and covers sorted, the
+// covers once each.
+func (m addresses) sorted() []Address {
+	out := make([]Address, 0, len(m))
+	for _, a := range m {
 		slices.Sort(a.Services)
 		slices.Sort(a.Covers)
 		a.Covers = slices.Compact(a.Covers)
 		out = append(out, *a)
 	}
 	slices.SortFunc(out, func(a, b Address) int { return a.Addr.Compare(b.Addr) })
-	slices.SortFunc(refused, func(a, b Refusal) int {
-		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.Address, b.Address))
-	})
-	return out, refused
+	return out
 }
 
 // admit returns the pool of an address a node with nodeLabels may announce, or why it

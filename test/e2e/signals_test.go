@@ -72,6 +72,18 @@ func (c *cluster) owned(t testing.TB, h *netns.Host) int {
 		c.metricValue(t, h, `baremetal_agent_owned_addresses{family="IPv6"}`))
 }
 
+// waitAnswering polls every 10 ms until node h's agent answers for n addresses, and returns
+// when it first saw it, or false after within.
+func (c *cluster) waitAnswering(t testing.TB, h *netns.Host, n int, within time.Duration) (time.Time, bool) {
+	t.Helper()
+	var at time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		at = time.Now()
+		return c.owned(t, h) == n, nil
+	})
+	return at, err == nil
+}
+
 // waitAnnouncerSeen polls the Service's announcer annotation every 10 ms until it names
 // node, and returns when it first saw it.
 func (c *cluster) waitAnnouncerSeen(t testing.TB, svc *corev1.Service, node string, within time.Duration) time.Time {
@@ -167,12 +179,8 @@ func TestAgentCutOffFromAPIServerTakesOver(t *testing.T) {
 	defer heal()
 	c.setPreferredNodes(t, svc, b.Label)
 	moved := c.waitAnnouncerSeen(t, svc, b.Label, 10*time.Second)
-	var took time.Time
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		took = time.Now()
-		return c.owned(t, b) == len(addrs), nil
-	})
-	if err != nil {
+	took, ok := c.waitAnswering(t, b, len(addrs), 5*time.Second)
+	if !ok {
 		t.Fatalf("%s, cut off from the API server, answers for %d of its %d addresses 5 s after the ccm gave them to it", b.Label, c.owned(t, b), len(addrs))
 	}
 	t.Logf("%s answered %v after the move was seen", b.Label, took.Sub(moved).Round(time.Millisecond))
@@ -213,12 +221,8 @@ func TestAgentNamedNowhereTakesOver(t *testing.T) {
 	defer heal()
 	c.setPreferredNodes(t, svc, x.Label)
 	moved := c.waitAnnouncerSeen(t, svc, x.Label, 10*time.Second)
-	var took time.Time
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		took = time.Now()
-		return c.owned(t, x) == len(addrs), nil
-	})
-	if err != nil {
+	took, ok := c.waitAnswering(t, x, len(addrs), 5*time.Second)
+	if !ok {
 		t.Fatalf("%s, cut off from the API server with a plan (%v) that names it nowhere, answers for %d of its %d addresses 5 s after the ccm gave them to it", x.Label, plan, c.owned(t, x), len(addrs))
 	}
 	t.Logf("%s answered %v after the move was seen", x.Label, took.Sub(moved).Round(time.Millisecond))
