@@ -129,6 +129,10 @@ func TestResponderTakesDuties(t *testing.T) {
 		"another node's":            {testKey, testSigner, Duty{Instance: 10, Seq: 6, To: NodeTag("node-b"), Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
 		"an older one":              {testKey, testSigner, Duty{Instance: 10, Seq: 4, To: tag, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
 		"a late one, digest of old": {testKey, testSigner, Duty{Instance: 10, Seq: 6, To: tag, Addrs: one, Digest: DigestOf(one)}, DigestOf(manyAddrs(2))},
+		"the one held, replayed":    {testKey, testSigner, big, big.Digest},
+		// Refused on its head, before its signature is checked: not counted as unsigned,
+		// and a flood of such costs no Ed25519 verification each.
+		"an older one, not the ccm's": {testKey, rogue, Duty{Instance: 10, Seq: 4, To: tag, Addrs: one, Digest: DigestOf(one)}, DigestOf(one)},
 	} {
 		expect(d.expect)
 		send(d.key, d.signer, d.duty)
@@ -136,8 +140,8 @@ func TestResponderTakesDuties(t *testing.T) {
 			t.Errorf("%s duty replaced the one held", name)
 		}
 	}
-	if st := r.Stats(); st.Unsigned == 0 {
-		t.Error("a duty not signed by the ccm is not counted as Unsigned")
+	if st := r.Stats(); st.Unsigned != 1 || calls != 1 {
+		t.Errorf("Unsigned = %d, OnDuty called %d times; want 1 (the newer duty not signed by the ccm; the older one is refused before its signature) and 1", st.Unsigned, calls)
 	}
 	expect(0)
 	send(testKey, testSigner, Duty{Instance: 10, Seq: 7, To: tag})
