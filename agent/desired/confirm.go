@@ -2,6 +2,7 @@ package desired
 
 import (
 	"net/netip"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -69,4 +70,43 @@ func Held(node string, nodeLabels labels.Set, requests []*annotation.Request, cf
 		}
 	}
 	return byAddr.sorted()
+}
+
+// Vacant returns whether an address has no live announcer by the cached plans: the plan
+// that decides it names node itself, a node down, or nobody. down is the verdict the
+// agent holds.
+func Vacant(node string, requests []*annotation.Request, down Down) func(netip.Addr) bool {
+	planner := planners(requests)
+	return func(addr netip.Addr) bool {
+		p := planner[addr]
+		return p == nil || p.Announcer == node || down(p.Announcer)
+	}
+}
+
+// Tolerated returns what an agent announces while its own view has differed from the
+// ccm's duty for less than the tolerance: own, and the addresses the duty gives it that
+// it holds and that are vacant, sorted. An address the cached plans give to a node the
+// ccm took for down needs a new announcer now, and the ccm, which chose this node from
+// fresher plans, says it is this one: waiting out the tolerance for a cache that may
+// never catch up (a watch that hangs, an API server just stopped) would leave it
+// unanswered. One whose cached announcer lives waits, since the cache may be ahead of the
+// duty: on a planned move the old announcer sees the new plan before the ccm's next duty,
+// and must not take the address back.
+func Tolerated(own, held []Address, duty []netip.Addr, vacant func(netip.Addr) bool) []Address {
+	mine := make(map[netip.Addr]bool, len(own))
+	for _, a := range own {
+		mine[a.Addr] = true
+	}
+	var vacated []Address
+	for _, a := range Confirmed(own, held, duty) {
+		if !mine[a.Addr] && vacant(a.Addr) {
+			vacated = append(vacated, a)
+		}
+	}
+	if len(vacated) == 0 {
+		return own
+	}
+	out := append(slices.Clone(own), vacated...)
+	slices.SortFunc(out, func(a, b Address) int { return a.Addr.Compare(b.Addr) })
+	return out
 }

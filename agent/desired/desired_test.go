@@ -239,3 +239,40 @@ func TestCoveredWithdrawsOnlyTheCoverersPlans(t *testing.T) {
 		t.Errorf("node-s announces %+v, want 198.18.0.70", taken)
 	}
 }
+
+// TestTolerated: before the tolerance runs out, an agent announces its own view and what
+// the duty adds of the addresses whose cached announcer is down or missing; not one whose
+// cached announcer lives, which a planned move may have taken from it just before the
+// ccm's next duty says so.
+func TestTolerated(t *testing.T) {
+	cfg, err := config.Parse("cloud-config", []byte(cloudConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := service("stale", "node-x", "198.18.0.70") // node-x died; the ccm chose node-a
+	stale.Annotations[annotation.Standbys] = "node-b"
+	moved := service("moved", "node-b", "198.18.0.71") // node-a's view is ahead of the duty
+	unplanned := service("unplanned", "", "198.18.0.72")
+	mine := service("mine", "node-a", "198.18.0.73")
+	requests := parse([]*v1.Service{stale, moved, unplanned, mine})
+	down := func(n string) bool { return n == "node-x" }
+	own, _ := ComputeOf("node-a", nil, requests, cfg, down, nil)
+	held := Held("node-a", nil, requests, cfg)
+	vacant := Vacant("node-a", requests, down)
+	for addr, want := range map[string]bool{"198.18.0.70": true, "198.18.0.71": false, "198.18.0.72": true, "198.18.0.73": true} {
+		if got := vacant(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("Vacant(%s) = %v, want %v", addr, got, want)
+		}
+	}
+	duty := []netip.Addr{netip.MustParseAddr("198.18.0.70"), netip.MustParseAddr("198.18.0.71"), netip.MustParseAddr("198.18.0.73")}
+	var got []string
+	for _, a := range Tolerated(own, held, duty, vacant) {
+		got = append(got, a.Addr.String())
+	}
+	if want := []string{"198.18.0.70", "198.18.0.73"}; !slices.Equal(got, want) {
+		t.Errorf("Tolerated = %q, want %q: own, and the duty's address whose announcer is down", got, want)
+	}
+	if got := Tolerated(own, held, nil, vacant); !reflect.DeepEqual(got, own) {
+		t.Errorf("Tolerated with an empty duty = %v, want own %v: the tolerance guards what the duty leaves out", got, own)
+	}
+}

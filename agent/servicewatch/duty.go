@@ -43,12 +43,20 @@ var confirmedOnlyGauge = metrics.NewGauge(&metrics.GaugeOpts{
 	StabilityLevel: metrics.ALPHA,
 })
 
+var vacantTakeovers = metrics.NewCounter(&metrics.CounterOpts{
+	Subsystem:      "baremetal_agent",
+	Name:           "vacant_takeovers_total",
+	Help:           "Addresses taken over before the tolerance for a view that differs from the ccm's ran out, because the ccm's duty gives them to this node and the announcer the cached plans name is down.",
+	StabilityLevel: metrics.ALPHA,
+})
+
 // dutyCheck is the state of the comparison of the agent's own view with the ccm's duty.
 type dutyCheck struct {
 	mu            sync.Mutex
 	digest        probe.Digest // of the own view, last sync
 	mismatchSince time.Time    // zero while the views agree
 	confirmedOnly bool
+	vacated       map[netip.Addr]bool // announced before the tolerance ran out, last sync
 }
 
 // SetDuties makes the watcher compare its view with the ccm's duty that d receives, and
@@ -70,8 +78,10 @@ func (w *Watcher) expected() (probe.Digest, bool) {
 // confirm returns what the agent announces, given its own view own: all of it while it
 // agrees with the ccm's duty, or while no duty is known; else, once the views have
 // differed for DutyTolerance or at once when the Service watch is broken, what the duty
-// confirms of what the Services naming this node hold (held, called only then).
-func (w *Watcher) confirm(own []desired.Address, held func() []desired.Address) []desired.Address {
+// confirms of what the cached Services hold, and before that own with what the duty adds
+// of the vacant addresses (desired.Tolerated). cached, called only when the views differ,
+// returns what the cached Services hold and which of their addresses are vacant.
+func (w *Watcher) confirm(own []desired.Address, cached func() (held []desired.Address, vacant func(netip.Addr) bool)) []desired.Address {
 	if w.duties == nil {
 		return own
 	}
@@ -88,6 +98,9 @@ func (w *Watcher) confirm(own []desired.Address, held func() []desired.Address) 
 		w.check.mismatchSince = time.Now()
 	}
 	mismatch := !w.check.mismatchSince.IsZero()
+	if !mismatch {
+		w.check.vacated = nil
+	}
 	confirmedOnly := mismatch && (broken || time.Since(w.check.mismatchSince) >= DutyTolerance)
 	if confirmedOnly != w.check.confirmedOnly {
 		klog.InfoS("Own view of the Services differs from the ccm's", "node", w.node, "confirmedOnly", confirmedOnly, "since", w.check.mismatchSince, "watchBroken", broken, "digest", digest, "expected", expected)
@@ -95,14 +108,41 @@ func (w *Watcher) confirm(own []desired.Address, held func() []desired.Address) 
 		confirmedOnlyGauge.Set(boolGauge(confirmedOnly))
 	}
 	w.duties.SetView(digest, confirmedOnly)
-	if !confirmedOnly {
+	if !mismatch {
 		return own
 	}
 	var duty []netip.Addr
 	if d := w.duties.Duty(); d != nil {
 		duty = d.Addrs
 	}
-	return desired.Confirmed(own, held(), duty)
+	held, vacant := cached()
+	if confirmedOnly {
+		return desired.Confirmed(own, held, duty)
+	}
+	out := desired.Tolerated(own, held, duty, vacant)
+	w.countVacated(own, out)
+	return out
+}
+
+// countVacated counts and logs the addresses of out, not of own, that no earlier sync
+// announced before the tolerance ran out. Called with w.check.mu held.
+func (w *Watcher) countVacated(own, out []desired.Address) {
+	mine := make(map[netip.Addr]bool, len(own))
+	for _, a := range own {
+		mine[a.Addr] = true
+	}
+	vacated := map[netip.Addr]bool{}
+	for _, a := range out {
+		if mine[a.Addr] {
+			continue
+		}
+		vacated[a.Addr] = true
+		if !w.check.vacated[a.Addr] {
+			klog.V(2).InfoS("Announcing at once an address the ccm's duty gives this node and the cached plans leave to a node down", "node", w.node, "address", a.Addr, "services", a.Services)
+			vacantTakeovers.Inc()
+		}
+	}
+	w.check.vacated = vacated
 }
 
 // watchDuty queues a sync whenever the comparison with the ccm's duty may come out

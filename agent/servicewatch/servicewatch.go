@@ -5,6 +5,7 @@ package servicewatch
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -73,7 +74,7 @@ var refusedAddresses = metrics.NewGaugeVec(&metrics.GaugeOpts{
 
 // Metrics returns the collectors of this package, to register.
 func Metrics() []metrics.Registerable {
-	return []metrics.Registerable{refusedAddresses, confirmedOnlyGauge}
+	return []metrics.Registerable{refusedAddresses, confirmedOnlyGauge, vacantTakeovers}
 }
 
 // Watcher computes what this node announces from the Services naming it.
@@ -299,9 +300,10 @@ func (w *Watcher) sync() error {
 	if w.draining.Load() {
 		addrs = keep(w.applied, addrs)
 	} else {
-		addrs = w.confirm(addrs, func() []desired.Address {
+		addrs = w.confirm(addrs, func() ([]desired.Address, func(netip.Addr) bool) {
 			// Every cached Service: a stale plan may name this node nowhere.
-			return desired.Held(w.node, nodeLabels, w.everyParsed.Requests(w.cached()), cfg)
+			every := w.everyParsed.Requests(w.cached())
+			return desired.Held(w.node, nodeLabels, every, cfg), desired.Vacant(w.node, every, func(n string) bool { return down[n] })
 		})
 	}
 	w.speaker.Apply(addrs)

@@ -231,6 +231,58 @@ func TestAgentNamedNowhereTakesOver(t *testing.T) {
 	}
 }
 
+// TestAgentCutOffTakesOverFromTheDead: an agent whose watch hangs holds a plan in which
+// another node stands first behind the announcer, while the ccm's plan puts it there. When
+// the announcer's link goes down, the ccm's duty gives it the addresses and it announces
+// them at once, without waiting out the tolerance for a view that differs from the duty:
+// the announcer of its cached plan is down, so no live node holds them by that plan. An
+// agent that waited left them unanswered half a second longer, as make bench-failover
+// found with the API server stopped just before a node died.
+func TestAgentCutOffTakesOverFromTheDead(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startCCM(t)
+	a := c.Net.Nodes[0]
+	svc, addrs := c.createLBService(t, "from-the-dead", annotation.PreferredNodes, a.Label)
+	c.waitSettled(t)
+	for _, addr := range addrs {
+		c.waitSteady(t, addr, a.Label)
+	}
+	plan := c.plan(t, svc)
+	if len(plan) != 3 || plan[0] != a.Label {
+		t.Fatalf("plan %v, want %s and two standbys", plan, a.Label)
+	}
+	x := c.Node(plan[2])
+	heal := c.cutFromAPIServer(t, x)
+	defer heal()
+	c.setPreferredNodes(t, svc, a.Label+","+x.Label)
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		p := c.plan(t, svc)
+		return len(p) > 1 && p[1] == x.Label, nil
+	})
+	if err != nil {
+		t.Fatalf("plan %v 10 s after preferring %s then %s, want %s first standby", c.plan(t, svc), a.Label, x.Label, x.Label)
+	}
+	c.waitSettled(t)
+	taken := c.metricValue(t, x, "baremetal_agent_vacant_takeovers_total")
+	died := time.Now()
+	if err := a.SetLink(false); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := a.SetLink(true); err != nil {
+			t.Error(err)
+		}
+	}()
+	at, ok := c.waitAnswering(t, x, len(addrs), 5*time.Second)
+	if !ok {
+		t.Fatalf("%s, cut off from the API server, answers for %d of its %d addresses 5 s after %s went down", x.Label, c.owned(t, x), len(addrs), a.Label)
+	}
+	t.Logf("%s answered %v after %s went down", x.Label, at.Sub(died).Round(time.Millisecond), a.Label)
+	if got := c.metricValue(t, x, "baremetal_agent_vacant_takeovers_total") - taken; got < float64(len(addrs)) {
+		t.Errorf("%s took %v addresses over at once, want %d: it waited out the tolerance for addresses whose cached announcer is down", x.Label, got, len(addrs))
+	}
+}
+
 // createFamilyService creates a single-stack LoadBalancer Service of family f that
 // prefers node, waits for its address and announcer, and returns them. Annotations, as
 // key and value in turn, are added to the Service's.
