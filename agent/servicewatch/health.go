@@ -26,6 +26,12 @@ import (
 // was broken already; a success, which is a list the API server answered or a watch it
 // accepted, mends it. That holds on a quiet cluster too, where no event would say the
 // watch is back: the reflector lists or watches again as soon as its backoff allows.
+//
+// A watch stream that ends breaks it too, until a new watch is accepted: the API server
+// ends a stream when it stops, and the request for the next one may then take seconds to
+// fail, or never does, behind a proxy or load balancer that accepts the connection for an
+// API server that is gone (client-go retries such a request for up to 10 s). The streams
+// the API server ends at their timeout are followed by a new watch within milliseconds.
 type watchHealth struct {
 	now func() time.Time
 
@@ -33,6 +39,14 @@ type watchHealth struct {
 	since   time.Time // zero while the watch works
 	lastErr error
 }
+
+// errWatchEnded is the cause of a break that a stream's end began.
+var errWatchEnded = errors.New("the watch stream ended, and no new one was accepted yet")
+
+// endedQuietly is how long a break that a stream's end began may last and be logged
+// only at V(2): the API server ends every stream at its timeout, and the reflector
+// starts the next at once.
+const endedQuietly = time.Second
 
 // observe records the outcome of one list or watch request.
 func (h *watchHealth) observe(ctx context.Context, err error) {
@@ -42,15 +56,73 @@ func (h *watchHealth) observe(ctx context.Context, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case err != nil && h.since.IsZero():
-		h.since, h.lastErr = h.now(), err
-		klog.InfoS("Service watch broken; announcing only what the ccm confirms while one is heard, else what the cache holds", "err", err)
+	case err != nil && (h.since.IsZero() || h.lastErr == errWatchEnded):
+		if h.since.IsZero() {
+			h.since = h.now()
+		}
+		h.lastErr = err
+		klog.InfoS("Service watch broken; announcing only what the ccm confirms while one is heard, else what the cache holds", "err", err, "since", h.since)
 	case err != nil:
 		h.lastErr = err
 	case !h.since.IsZero():
-		klog.InfoS("Service watch works again", "brokenFor", h.now().Sub(h.since).Round(time.Millisecond), "lastErr", h.lastErr)
+		brokenFor := h.now().Sub(h.since)
+		logger := klog.Background()
+		if h.lastErr == errWatchEnded && brokenFor < endedQuietly {
+			logger = logger.V(2)
+		}
+		logger.Info("Service watch works again", "brokenFor", brokenFor.Round(time.Millisecond), "lastErr", h.lastErr)
 		h.since, h.lastErr = time.Time{}, nil
 	}
+}
+
+// ended records that a watch stream ended without the informer stopping it.
+func (h *watchHealth) ended(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		h.since, h.lastErr = h.now(), errWatchEnded
+		klog.V(2).InfoS("Service watch stream ended; taken for broken until a new one is accepted")
+	}
+}
+
+// followed is a watch whose end, unless the informer stopped it, breaks the watch.
+type followed struct {
+	watch.Interface
+	out      chan watch.Event
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// follow returns w, its end reported to h.
+func (h *watchHealth) follow(ctx context.Context, w watch.Interface) watch.Interface {
+	f := &followed{Interface: w, out: make(chan watch.Event), done: make(chan struct{})}
+	go func() {
+		defer close(f.out)
+		for ev := range w.ResultChan() {
+			select {
+			case f.out <- ev:
+			case <-f.done: // nobody reads any more: drop the rest until w closes
+			}
+		}
+		select {
+		case <-f.done:
+		default:
+			h.ended(ctx)
+		}
+	}()
+	return f
+}
+
+// ResultChan returns the events of the watch.
+func (f *followed) ResultChan() <-chan watch.Event { return f.out }
+
+// Stop stops the watch: its end is then the informer's doing.
+func (f *followed) Stop() {
+	f.stopOnce.Do(func() { close(f.done) })
+	f.Interface.Stop()
 }
 
 // broken returns since when the watch has been broken, and whether it is.
@@ -82,7 +154,10 @@ func (h *watchHealth) newInformer(client kubernetes.Interface, resync time.Durat
 			opts.FieldSelector = loadBalancers
 			w, err := services.Watch(ctx, opts)
 			h.observe(ctx, err)
-			return w, err
+			if err != nil {
+				return nil, err
+			}
+			return h.follow(ctx, w), nil
 		},
 	}
 	informer := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &v1.Service{},

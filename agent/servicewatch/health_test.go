@@ -84,3 +84,34 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestWatchEndBreaks: a watch stream that ends breaks the watch until a new one is
+// accepted, though no request fails: behind a proxy whose API server is gone, the
+// request for the next watch hangs, retried, for seconds.
+func TestWatchEndBreaks(t *testing.T) {
+	client := fake.NewClientset()
+	first := watch.NewFake()
+	release := make(chan struct{})
+	var watches atomic.Int32
+	client.PrependWatchReactor("services", func(k8stesting.Action) (bool, watch.Interface, error) {
+		if watches.Add(1) == 1 {
+			return true, first, nil
+		}
+		<-release
+		return true, watch.NewFake(), nil
+	})
+	h := &watchHealth{now: time.Now}
+	informer := h.newInformer(client, 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go informer.RunWithContext(ctx)
+	waitUntil(t, 5*time.Second, "the informer synced", informer.HasSynced)
+	if _, broken := h.broken(); broken {
+		t.Fatal("the watch is broken while its stream runs")
+	}
+	first.Stop() // the API server is gone
+	waitUntil(t, 2*time.Second, "the watch is seen broken after its stream ended", func() bool { _, broken := h.broken(); return broken })
+	close(release)
+	waitUntil(t, 5*time.Second, "the watch is seen working again once a new one is accepted", func() bool { _, broken := h.broken(); return !broken })
+
+}

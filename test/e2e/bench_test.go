@@ -162,6 +162,13 @@ func benchAPIServerDown(b *testing.B) row {
 			b.Logf("a trial of %v: %s down %v after the failure, the verdict %v after it; %s", took, owner,
 				since(logTime(ccm.Logs(), injected, `"Agent state changed"`, `node="`+owner+`"`, `state="down"`), injected),
 				since(logTime(ccm.Logs(), injected, `"Verdict changed"`, owner), injected), strings.Join(standbys, "; "))
+			// And what the standbys' views made of it, printed whole (a benchmark's log is
+			// cut short).
+			for _, h := range c.Net.Nodes {
+				if h.Label != owner {
+					fmt.Printf("%s's view around the trial:\n%s", h.Label, viewLines(c.Agent(h.Label).Logs(), injected.Add(-2*time.Second), injected.Add(took+100*time.Millisecond)))
+				}
+			}
 		}
 		if err := c.Node(owner).SetLink(true); err != nil {
 			b.Fatal(err)
@@ -253,4 +260,19 @@ func durations(results []trial) []time.Duration {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// viewLines returns an agent's log lines from since until until that say how its view of
+// what it announces came about.
+func viewLines(logs string, since, until time.Time) string {
+	var out strings.Builder
+	for line := range strings.Lines(logs) {
+		if !slices.ContainsFunc([]string{"Own view", "Service watch", "Announcing", "Withdrawing", "Took the ccm", "duty", "Standing in"}, func(s string) bool { return strings.Contains(line, s) }) {
+			continue
+		}
+		if at := logTime(line, since); !at.IsZero() && at.Before(until) {
+			out.WriteString(line)
+		}
+	}
+	return out.String()
 }
