@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/realtime"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/standby"
@@ -54,11 +55,12 @@ type options struct {
 	metricsAddress   string
 	shutdownGrace    time.Duration
 	configReload     time.Duration
+	realtimePriority int
 	logs             *logsapi.LoggingConfiguration
 }
 
 func main() {
-	o := options{nodeName: os.Getenv("NODE_NAME"), shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, logs: logsapi.NewLoggingConfiguration()}
+	o := options{nodeName: os.Getenv("NODE_NAME"), shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, realtimePriority: 1, logs: logsapi.NewLoggingConfiguration()}
 	cmd := &cobra.Command{
 		Use:   "baremetal-agent",
 		Short: "Answer ARP and NDP for the Service addresses this node announces",
@@ -66,7 +68,8 @@ func main() {
 It answers ARP (IPv4) and NDP (IPv6) for the addresses of the Services whose
 lb.baremetal.io/announcer annotation names its node, announces them when it gains them
 and then once per announcements.refreshInterval of the cloud-config, and answers the
-ccm's health probes.`,
+ccm's health probes. Once ready it runs at a real-time priority (CAP_SYS_NICE), so that
+a node whose pods use every core still answers them.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()
@@ -86,6 +89,7 @@ ccm's health probes.`,
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", `HTTP address serving /metrics, /healthz, /livez and /readyz; when empty, the Node's first InternalIP (the pod's IP on the host network, which the kubelet's probes and Prometheus use) at port 7475. ":<port>" listens on every address of the node.`)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", o.shutdownGrace, "On SIGTERM, how long to keep answering, as draining, while Services still name this node.")
 	fs.DurationVar(&o.configReload, "cloud-config-reload-interval", o.configReload, "How often to check the cloud-config file for changes (a ConfigMap update reaches the file within a minute or so); a valid new file takes effect at once, an invalid one is logged and ignored.")
+	fs.IntVar(&o.realtimePriority, "realtime-priority", o.realtimePriority, "SCHED_FIFO priority (1-99) the agent runs at once ready, above every process of the fair scheduler, so that busy pods cannot delay its answers to probes, ARP and NDP; it gives the priority back for a while whenever it uses over half a core for a second. 0 leaves it under the fair scheduler. Needs CAP_SYS_NICE.")
 	verflag.AddFlags(fs)
 	logsapi.AddFlags(o.logs, fs)
 	os.Exit(cli.Run(cmd))
@@ -94,6 +98,9 @@ ccm's health probes.`,
 func run(ctx context.Context, o options) error {
 	if o.nodeName == "" {
 		return errors.New("--node-name is empty and $NODE_NAME is not set: the agent must know its node")
+	}
+	if o.realtimePriority < 0 || o.realtimePriority > realtime.MaxPriority {
+		return fmt.Errorf("--realtime-priority %d: want 0 (off) to %d", o.realtimePriority, realtime.MaxPriority)
 	}
 	if o.cloudConfig == "" {
 		return errors.New("--cloud-config is required: the pools bound what this node may announce")
@@ -198,6 +205,7 @@ func run(ctx context.Context, o options) error {
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
 	legacyregistry.MustRegister(standby.Metrics()...)
 	legacyregistry.MustRegister(config.Metrics()...)
+	legacyregistry.MustRegister(realtime.Metrics()...)
 
 	// The speaker outlives the signal: on SIGTERM the agent drains, answering as before.
 	runCtx, stopRunning := context.WithCancel(context.Background())
@@ -225,7 +233,13 @@ func run(ctx context.Context, o options) error {
 	nodeFactory.Start(runCtx.Done())
 	go watcher.Run(runCtx)
 	go standbys.Run(runCtx)
-	go becomeReady(runCtx, responder, watcher, sp)
+	go func() {
+		// Not while the caches fill: listing thousands of Services is no work to do
+		// ahead of the node's pods.
+		if becomeReady(runCtx, responder, watcher, sp) {
+			realtime.NewKeeper(o.realtimePriority).Run(runCtx)
+		}
+	}()
 	klog.InfoS("Agent started", "node", o.nodeName, "version", version.Get().GitVersion, "probeAddress", probeConn.LocalAddr(), "metricsAddress", metricsListener.Addr())
 
 	signals := make(chan os.Signal, 1)
@@ -250,14 +264,17 @@ func run(ctx context.Context, o options) error {
 }
 
 // becomeReady makes the responder's replies say ready once the Service cache has synced
-// and the speaker has read the links, unless the agent drains by then.
-func becomeReady(ctx context.Context, responder *probe.Responder, watcher *servicewatch.Watcher, sp *speaker.Speaker) {
+// and the speaker has read the links, unless the agent drains by then. It returns
+// whether the agent became ready.
+func becomeReady(ctx context.Context, responder *probe.Responder, watcher *servicewatch.Watcher, sp *speaker.Speaker) bool {
 	_ = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
 		return watcher.HasSynced() && sp.Ready(), nil
 	})
 	if ctx.Err() == nil && responder.SwapState(probe.Starting, probe.Ready) {
 		klog.InfoS("Ready: the Service cache has synced and the links are read")
+		return true
 	}
+	return false
 }
 
 // drain returns once no Service names this node, the grace period is over, or a second

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -243,6 +244,29 @@ func (g *Group) SetLimit(milli int64) error {
 	}
 	if err != nil {
 		return fmt.Errorf("cgroup %s: set the CPU limit %dm: %w", g.name, milli, err)
+	}
+	return nil
+}
+
+// AllowRealtime lets the group's processes run at a real-time priority, as every process
+// may on a kernel without real-time group scheduling (CONFIG_RT_GROUP_SCHED), the common
+// build: on cgroup v1 of a kernel with it, where a new group has no real-time time, it
+// gives the group the host's (kernel.sched_rt_runtime_us), the group's parent first. Set
+// it on the outer group before the inner one. Elsewhere it does nothing.
+func (g *Group) AllowRealtime() error {
+	file := filepath.Join(g.Path(), "cpu.rt_runtime_us")
+	if g.h.V2 {
+		return nil
+	}
+	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	runtime, err := os.ReadFile("/proc/sys/kernel/sched_rt_runtime_us")
+	if err != nil {
+		return fmt.Errorf("cgroup %s: allow real-time priorities: %w", g.name, err)
+	}
+	if err := write(file, strings.TrimSpace(string(runtime))); err != nil {
+		return fmt.Errorf("cgroup %s: allow real-time priorities: %w", g.name, err)
 	}
 	return nil
 }
