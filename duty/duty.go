@@ -15,6 +15,7 @@ import (
 	"context"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,9 @@ import (
 type Verdicts interface {
 	// Verdict returns the verdict sent to the agents; Seq 0 before the first.
 	Verdict() probe.Verdict
+	// Expedite has the agents of nodes probed now, not in their next slot: their duty
+	// changed, and a request carries its digest.
+	Expedite(nodes []string)
 }
 
 // minRecompute spaces two computations: during a failover of thousands of Services the
@@ -202,9 +206,37 @@ func (t *Tracker) compute(v probe.Verdict) {
 		digest[node] = probe.DigestOf(addrs)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	changed := changedDuties(t.digest, digest, t.known)
 	t.byNode, t.digest, t.at = byNode, digest, v.VerdictRef
 	t.known = v.Seq != 0
+	t.mu.Unlock()
+	// An agent whose duty changed hears it with the next request: at once, not in up to
+	// an interval (ten for an idle one). A new announcer whose own view cannot be trusted
+	// (its Service watch broken) waits for it before it announces.
+	if len(changed) > 0 {
+		t.verdicts.Expedite(changed)
+	}
+}
+
+// changedDuties returns the nodes whose duty digest differs between before and after,
+// sorted; none while before was not known, when every agent learns its duty in its slot.
+func changedDuties(before, after map[string]probe.Digest, known bool) []string {
+	if !known {
+		return nil
+	}
+	var out []string
+	for node, d := range after {
+		if b, ok := before[node]; !ok || b != d {
+			out = append(out, node)
+		}
+	}
+	for node := range before {
+		if _, ok := after[node]; !ok {
+			out = append(out, node)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // setPlanned publishes the nodes the requests' plans name, as a new version if they changed.

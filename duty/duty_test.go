@@ -21,8 +21,25 @@ import (
 )
 
 type fakeVerdicts struct {
-	mu sync.Mutex
-	v  probe.Verdict
+	mu        sync.Mutex
+	v         probe.Verdict
+	expedited [][]string
+}
+
+func (f *fakeVerdicts) Expedite(nodes []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.expedited = append(f.expedited, nodes)
+}
+
+// lastExpedited returns the nodes of the last Expedite, or nil.
+func (f *fakeVerdicts) lastExpedited() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.expedited) == 0 {
+		return nil
+	}
+	return f.expedited[len(f.expedited)-1]
 }
 
 func (f *fakeVerdicts) Verdict() probe.Verdict {
@@ -95,9 +112,15 @@ func TestTrackerFollowsPlansAndVerdict(t *testing.T) {
 	verdicts.set(1)
 	want("first verdict", "n1", "198.51.100.1")
 	want("first verdict", "n2", "198.51.100.2")
+	if got := verdicts.lastExpedited(); got != nil {
+		t.Errorf("Expedite(%v) at the first duties known, want none: every agent learns them in its slot", got)
+	}
 	verdicts.set(2, "n2")
 	want("n2 down", "n1", "198.51.100.1", "198.51.100.2")
 	want("n2 down", "n2")
+	if got := verdicts.lastExpedited(); !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Errorf("Expedite(%v) after n2 went down, want [n1 n2]: both duties changed", got)
+	}
 	moved := service("a", "198.51.100.1", "n2", "n1")
 	moved.ResourceVersion = "2"
 	if _, err := client.CoreV1().Services("ns").Update(ctx, moved, metav1.UpdateOptions{}); err != nil {

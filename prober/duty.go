@@ -2,6 +2,7 @@ package prober
 
 import (
 	"net/netip"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -89,4 +90,32 @@ func (p *Prober) takeAbilityLocked(node string, a *agentProbe, r probe.Reply) bo
 	klog.V(2).InfoS("Agent's abilities changed", "node", node, "unable", unable, "whole", a.unableGather.Whole(), "before", a.unable)
 	a.unable = unable
 	return true
+}
+
+// Expedite has the agents of nodes probed now rather than in their next slot, or at once
+// after the probe out if that one was sent already: their duty changed, and the request
+// carries its digest. A new announcer whose own view it cannot trust learns it within a
+// round trip of the verdict instead of within an interval.
+func (p *Prober) Expedite(nodes []string) {
+	p.mu.Lock()
+	s := p.sched
+	agents := make([]*agentProbe, 0, len(nodes))
+	for _, n := range nodes {
+		if a := p.agents[n]; a != nil {
+			agents = append(agents, a)
+		}
+	}
+	p.mu.Unlock()
+	if s == nil || len(agents) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for _, a := range agents {
+		if s.agents[a] {
+			s.bringForwardLocked(a, now, now)
+		}
+	}
+	dutiesExpedited.Add(float64(len(agents)))
 }

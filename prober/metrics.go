@@ -59,6 +59,12 @@ var (
 		Help:           "Duty lists sent to node agents whose own view of what they announce differed from the ccm's.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	dutiesExpedited = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      subsystem,
+		Name:           "duties_expedited_total",
+		Help:           "Probes brought forward because the agent's duty changed: the request carries its new digest at once rather than in the agent's next slot.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	verdictDown = metrics.NewGauge(&metrics.GaugeOpts{
 		Subsystem:      subsystem,
 		Name:           "verdict_down_nodes",
@@ -138,7 +144,7 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(probesSent, probeSendErrors, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, refusals, verdictsSent, dutiesSent, verdictDown, isolated, isolations, censuses, proberStalls,
+		legacyregistry.MustRegister(probesSent, probeSendErrors, probeRTT, agentsByState, agentTransitions, unauthenticatedReplies, refusals, verdictsSent, dutiesSent, dutiesExpedited, verdictDown, isolated, isolations, censuses, proberStalls,
 			echoesSent, echoReplies, lateAnswers, unreachables, busyAgents, idleAgents)
 	})
 }

@@ -420,3 +420,22 @@ func waitChange(t *testing.T, changes chan string, node string, within time.Dura
 		}
 	}
 }
+
+// TestExpediteProbesAtOnce: an agent whose duty changed is probed at once, not in its
+// next slot, which after an answered probe is at least half an interval away.
+func TestExpediteProbesAtOnce(t *testing.T) {
+	port := agentPort(t)
+	r, _ := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	const interval = time.Second
+	p, changes := startProberWith(t, config.Failover{ProbeInterval: interval, FailureThreshold: 3, AgentPort: port}, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"))
+	waitState(t, p, changes, "node-a", Up, 5*time.Second)
+	n := r.Stats().Requests
+	eventually(t, 3*interval, "a probe answered", func() bool { return r.Stats().Requests > n })
+	n = r.Stats().Requests
+	asked := time.Now()
+	p.Expedite([]string{"node-a", "node-unknown"})
+	eventually(t, 3*interval, "another probe answered", func() bool { return r.Stats().Requests > n })
+	if took := time.Since(asked); took > interval/4 {
+		t.Errorf("the next probe came %v after Expedite, want at once: before its slot, at least %v after the last", took, interval/2)
+	}
+}

@@ -27,11 +27,12 @@ import (
 // accepted, mends it. That holds on a quiet cluster too, where no event would say the
 // watch is back: the reflector lists or watches again as soon as its backoff allows.
 //
-// A watch stream that ends breaks it too, until a new watch is accepted: the API server
-// ends a stream when it stops, and the request for the next one may then take seconds to
-// fail, or never does, behind a proxy or load balancer that accepts the connection for an
-// API server that is gone (client-go retries such a request for up to 10 s). The streams
-// the API server ends at their timeout are followed by a new watch within milliseconds.
+// A watch stream that ends breaks it too, and so does a watch request begun, until a new
+// watch is accepted: the API server ends a stream when it stops, and the request for the
+// next one may then take seconds to fail, or never does, behind a proxy or load balancer
+// that accepts the connection for an API server that is gone (client-go retries such a
+// request for up to 10 s). A stream the API server ends at its timeout is followed by a
+// new one within milliseconds, and a list by a watch as soon.
 type watchHealth struct {
 	now func() time.Time
 
@@ -75,7 +76,8 @@ func (h *watchHealth) observe(ctx context.Context, err error) {
 	}
 }
 
-// ended records that a watch stream ended without the informer stopping it.
+// ended records that no watch stream runs: one ended without the informer stopping it,
+// or a new one is being asked for.
 func (h *watchHealth) ended(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
@@ -84,7 +86,7 @@ func (h *watchHealth) ended(ctx context.Context) {
 	defer h.mu.Unlock()
 	if h.since.IsZero() {
 		h.since, h.lastErr = h.now(), errWatchEnded
-		klog.V(2).InfoS("Service watch stream ended; taken for broken until a new one is accepted")
+		klog.V(2).InfoS("No Service watch stream runs; taken for broken until one is accepted")
 	}
 }
 
@@ -152,6 +154,8 @@ func (h *watchHealth) newInformer(client kubernetes.Interface, resync time.Durat
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = loadBalancers
+			// No stream runs until this one is accepted: the request may hang for seconds.
+			h.ended(ctx)
 			w, err := services.Watch(ctx, opts)
 			h.observe(ctx, err)
 			if err != nil {
