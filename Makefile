@@ -150,7 +150,7 @@ bench-annotation: ## Annotation parser: a Service at the list limit, and with 5,
 .PHONY: bench-ipam
 bench-ipam: ## Allocator: time, allocations and retained heap per address at 100,000 allocated; restore of 5,000 and 50,000 Services (the allocator's, and the ccm's with its events)
 	$(GO) test -run='^$$' -bench=. -benchmem ./ipam
-	$(GO) test -run='^$$' -bench='^BenchmarkRestoreOutsidePools$$' -benchmem ./provider
+	$(GO) test -run='^$$' -bench='^BenchmarkRestoreOutsidePools$$' -benchmem ./ccm/provider
 
 .PHONY: bench-prober
 bench-prober: ## Root for a network namespace of its own, ~1 min: the ccm's prober of 5,000 simulated agents at 10 probes/s each (CPU, false downs with a core kept busy, detection of a stopped agent, an isolation)
@@ -162,7 +162,7 @@ bench-ccm: tools build ## Real control plane: 5,000 Services to converge (time, 
 
 .PHONY: bench-agent
 bench-agent: tools build ## Real control plane, ~2 min: the agent's peak RSS with 5,000 and 50,000 Services in the cluster (9,000 of them LoadBalancer) (BENCH_AGENT_BASELINE=<binary> measures another build too); what a standby computes to take over 5,000 Services
-	$(GO) test -run='^$$' -bench=BenchmarkTakeover -benchmem ./agent/desired
+	$(GO) test -run='^$$' -bench=BenchmarkTakeover -benchmem ./desired
 	BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench=BenchmarkAgentMemory -benchtime=1x -timeout=150m ./test/agent
 
 .PHONY: bench-failover

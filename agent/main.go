@@ -34,7 +34,7 @@ import (
 	"k8s.io/component-base/version/verflag"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/realtime"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"

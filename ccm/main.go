@@ -25,12 +25,12 @@ import (
 	"k8s.io/component-base/version/verflag"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/announcer"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/lbstatus"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/lbstatus"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/provider"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/statuspage"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/provider"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/statuspage"
 )
 
 // flagValues are the flags of baremetal-ccm beyond the cloud-controller-manager's.

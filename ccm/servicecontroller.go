@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/provider"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/provider"
 )
 
 // startServiceController runs the upstream service controller on a Service informer of its

@@ -6,7 +6,7 @@ import (
 	"k8s.io/component-base/metrics"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/duty"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 

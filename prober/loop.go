@@ -15,7 +15,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/duty"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 

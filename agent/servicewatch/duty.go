@@ -9,7 +9,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/desired"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 

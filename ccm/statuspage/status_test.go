@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/announcer"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"

@@ -21,7 +21,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/announcer"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
