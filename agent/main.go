@@ -34,12 +34,12 @@ import (
 	"k8s.io/component-base/version/verflag"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/realtime"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/standby"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
@@ -60,7 +60,7 @@ type options struct {
 }
 
 func main() {
-	o := options{nodeName: os.Getenv("NODE_NAME"), shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, realtimePriority: 1, logs: logsapi.NewLoggingConfiguration()}
+	o := options{nodeName: os.Getenv("NODE_NAME"), shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, logs: logsapi.NewLoggingConfiguration()}
 	cmd := &cobra.Command{
 		Use:   "baremetal-agent",
 		Short: "Answer ARP and NDP for the Service addresses this node announces",
@@ -68,8 +68,7 @@ func main() {
 It answers ARP (IPv4) and NDP (IPv6) for the addresses of the Services whose
 lb.baremetal.io/announcer annotation names its node, announces them when it gains them
 and then once per announcements.refreshInterval of the cloud-config, and answers the
-ccm's health probes. Once ready it runs at a real-time priority (CAP_SYS_NICE), so that
-a node whose pods use every core still answers them.`,
+ccm's health probes.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			verflag.PrintAndExitIfRequested()
@@ -89,7 +88,7 @@ a node whose pods use every core still answers them.`,
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", `HTTP address serving /metrics, /healthz, /livez and /readyz; when empty, the Node's first InternalIP (the pod's IP on the host network, which the kubelet's probes and Prometheus use) at port 7475. ":<port>" listens on every address of the node.`)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", o.shutdownGrace, "On SIGTERM, how long to keep answering, as draining, while Services still name this node.")
 	fs.DurationVar(&o.configReload, "cloud-config-reload-interval", o.configReload, "How often to check the cloud-config file for changes (a ConfigMap update reaches the file within a minute or so); a valid new file takes effect at once, an invalid one is logged and ignored.")
-	fs.IntVar(&o.realtimePriority, "realtime-priority", o.realtimePriority, "SCHED_FIFO priority (1-99) the agent runs at once ready, above every process of the fair scheduler, so that busy pods cannot delay its answers to probes, ARP and NDP; it gives the priority back for a while whenever it uses over half a core for a second. 0 leaves it under the fair scheduler. Needs CAP_SYS_NICE.")
+	fs.IntVar(&o.realtimePriority, "realtime-priority", o.realtimePriority, "Experimental, off by default: the SCHED_FIFO priority (1-99) the agent runs at once ready, above every process of the fair scheduler, so that busy pods cannot delay its answers to probes, ARP and NDP; it gives the priority back for a while whenever it uses over half a core for a second. Needs CAP_SYS_NICE. Known hazard: agents at this priority have been seen to spin a thread at a whole core for minutes, starving the node, with the give-back unable to run; do not use it in production yet.")
 	verflag.AddFlags(fs)
 	logsapi.AddFlags(o.logs, fs)
 	os.Exit(cli.Run(cmd))

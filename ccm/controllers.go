@@ -14,13 +14,13 @@ import (
 	"k8s.io/controller-manager/controller"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/lbstatus"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/provider"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/statuspage"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 // announcerWorkers is how many address groups are decided at once. Decisions are cheap;

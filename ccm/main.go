@@ -26,11 +26,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/lbstatus"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/provider"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/statuspage"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
 // flagValues are the flags of baremetal-ccm beyond the cloud-controller-manager's.

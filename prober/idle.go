@@ -5,8 +5,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 

@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 

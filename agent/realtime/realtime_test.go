@@ -32,13 +32,12 @@ func policies(t *testing.T) map[int][2]uint32 {
 	return out
 }
 
-// TestSet raises every thread of the process, and the threads the runtime creates after
-// it, and lowers them all again.
+// TestSet gives every thread of the process, and the threads the runtime creates after
+// it, a policy, and takes it back. The policy is SCHED_BATCH, of the fair scheduler: the
+// walk over the threads is the same for a real-time one, which this test does not take
+// (see the package's doc on what one did to agents).
 func TestSet(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a real-time priority")
-	}
-	if err := Set(1); err != nil {
+	if err := setAll(unix.SchedAttr{Policy: unix.SCHED_BATCH}); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -62,8 +61,8 @@ func TestSet(t *testing.T) {
 	}
 	started.Wait()
 	for tid, p := range policies(t) {
-		if p != [2]uint32{unix.SCHED_FIFO, 1} {
-			t.Errorf("thread %d runs with policy %d priority %d, want SCHED_FIFO 1", tid, p[0], p[1])
+		if p != [2]uint32{unix.SCHED_BATCH, 0} {
+			t.Errorf("thread %d runs with policy %d priority %d, want SCHED_BATCH", tid, p[0], p[1])
 		}
 	}
 	close(release)

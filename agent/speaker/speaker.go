@@ -17,9 +17,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
