@@ -85,28 +85,27 @@ func Vacant(node string, requests []*annotation.Request, down Down) func(netip.A
 
 // Tolerated returns what an agent announces while its own view has differed from the
 // ccm's duty for less than the tolerance: own, and the addresses the duty gives it that
-// it holds and that are vacant, sorted. An address the cached plans give to a node the
+// it holds and that are vacant, sorted, and those vacant ones apart. An address the cached plans give to a node the
 // ccm took for down needs a new announcer now, and the ccm, which chose this node from
 // fresher plans, says it is this one: waiting out the tolerance for a cache that may
 // never catch up (a watch that hangs, an API server just stopped) would leave it
 // unanswered. One whose cached announcer lives waits, since the cache may be ahead of the
 // duty: on a planned move the old announcer sees the new plan before the ccm's next duty,
 // and must not take the address back.
-func Tolerated(own, held []Address, duty []netip.Addr, vacant func(netip.Addr) bool) []Address {
+func Tolerated(own, held []Address, duty []netip.Addr, vacant func(netip.Addr) bool) (out, vacated []Address) {
 	mine := make(map[netip.Addr]bool, len(own))
 	for _, a := range own {
 		mine[a.Addr] = true
 	}
-	var vacated []Address
 	for _, a := range Confirmed(own, held, duty) {
 		if !mine[a.Addr] && vacant(a.Addr) {
 			vacated = append(vacated, a)
 		}
 	}
 	if len(vacated) == 0 {
-		return own
+		return own, nil
 	}
-	out := append(slices.Clone(own), vacated...)
+	out = append(slices.Clone(own), vacated...)
 	slices.SortFunc(out, func(a, b Address) int { return a.Addr.Compare(b.Addr) })
-	return out
+	return out, vacated
 }

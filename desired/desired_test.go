@@ -265,14 +265,21 @@ func TestTolerated(t *testing.T) {
 		}
 	}
 	duty := []netip.Addr{netip.MustParseAddr("198.18.0.70"), netip.MustParseAddr("198.18.0.71"), netip.MustParseAddr("198.18.0.73")}
-	var got []string
-	for _, a := range Tolerated(own, held, duty, vacant) {
+	out, vacated := Tolerated(own, held, duty, vacant)
+	var got, gotVacated []string
+	for _, a := range out {
 		got = append(got, a.Addr.String())
+	}
+	for _, a := range vacated {
+		gotVacated = append(gotVacated, a.Addr.String())
 	}
 	if want := []string{"198.18.0.70", "198.18.0.73"}; !slices.Equal(got, want) {
 		t.Errorf("Tolerated = %q, want %q: own, and the duty's address whose announcer is down", got, want)
 	}
-	if got := Tolerated(own, held, nil, vacant); !reflect.DeepEqual(got, own) {
-		t.Errorf("Tolerated with an empty duty = %v, want own %v: the tolerance guards what the duty leaves out", got, own)
+	if want := []string{"198.18.0.70"}; !slices.Equal(gotVacated, want) {
+		t.Errorf("Tolerated's vacated = %q, want %q: what it adds to own", gotVacated, want)
+	}
+	if got, vacated := Tolerated(own, held, nil, vacant); !reflect.DeepEqual(got, own) || vacated != nil {
+		t.Errorf("Tolerated with an empty duty = %v, %v, want own %v and nothing vacated: the tolerance guards what the duty leaves out", got, vacated, own)
 	}
 }

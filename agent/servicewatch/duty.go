@@ -79,8 +79,9 @@ func (w *Watcher) expected() (probe.Digest, bool) {
 // agrees with the ccm's duty, or while no duty is known; else, once the views have
 // differed for DutyTolerance or at once when the Service watch is broken, what the duty
 // confirms of what the cached Services hold, and before that own with what the duty adds
-// of the vacant addresses (desired.Tolerated). cached, called only when the views differ,
-// returns what the cached Services hold and which of their addresses are vacant.
+// of the vacant addresses (desired.Tolerated). cached, called only when the views differ
+// and the duty lists an address own lacks or the tolerance ran out, returns what the
+// cached Services hold and which of their addresses are vacant.
 func (w *Watcher) confirm(own []desired.Address, cached func() (held []desired.Address, vacant func(netip.Addr) bool)) []desired.Address {
 	if w.duties == nil {
 		return own
@@ -115,34 +116,47 @@ func (w *Watcher) confirm(own []desired.Address, cached func() (held []desired.A
 	if d := w.duties.Duty(); d != nil {
 		duty = d.Addrs
 	}
+	if !confirmedOnly && !addsTo(own, duty) {
+		// The common mismatch, the own view ahead of the duty: nothing to take at once,
+		// so no need to read every cached Service.
+		w.check.vacated = nil
+		return own
+	}
 	held, vacant := cached()
 	if confirmedOnly {
 		return desired.Confirmed(own, held, duty)
 	}
-	out := desired.Tolerated(own, held, duty, vacant)
-	w.countVacated(own, out)
+	out, vacated := desired.Tolerated(own, held, duty, vacant)
+	w.countVacated(vacated)
 	return out
 }
 
-// countVacated counts and logs the addresses of out, not of own, that no earlier sync
-// announced before the tolerance ran out. Called with w.check.mu held.
-func (w *Watcher) countVacated(own, out []desired.Address) {
+// addsTo reports whether duty lists an address that own does not.
+func addsTo(own []desired.Address, duty []netip.Addr) bool {
 	mine := make(map[netip.Addr]bool, len(own))
 	for _, a := range own {
 		mine[a.Addr] = true
 	}
-	vacated := map[netip.Addr]bool{}
-	for _, a := range out {
-		if mine[a.Addr] {
-			continue
+	for _, addr := range duty {
+		if !mine[addr] {
+			return true
 		}
-		vacated[a.Addr] = true
+	}
+	return false
+}
+
+// countVacated counts and logs the vacated addresses that no earlier sync announced
+// before the tolerance ran out. Called with w.check.mu held.
+func (w *Watcher) countVacated(vacated []desired.Address) {
+	now := make(map[netip.Addr]bool, len(vacated))
+	for _, a := range vacated {
+		now[a.Addr] = true
 		if !w.check.vacated[a.Addr] {
 			klog.V(2).InfoS("Announcing at once an address the ccm's duty gives this node and the cached plans leave to a node down", "node", w.node, "address", a.Addr, "services", a.Services)
 			vacantTakeovers.Inc()
 		}
 	}
-	w.check.vacated = vacated
+	w.check.vacated = now
 }
 
 // watchDuty queues a sync whenever the comparison with the ccm's duty may come out

@@ -296,14 +296,15 @@ func (w *Watcher) sync() error {
 	}
 	down, coveredBy := w.verdicts.Snapshot(), w.verdicts.CoveredBy()
 	cfg := w.cfg.Load()
-	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, cfg, func(n string) bool { return down[n] }, coveredBy)
+	isDown := func(n string) bool { return down[n] }
+	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, cfg, isDown, coveredBy)
 	if w.draining.Load() {
 		addrs = keep(w.applied, addrs)
 	} else {
 		addrs = w.confirm(addrs, func() ([]desired.Address, func(netip.Addr) bool) {
 			// Every cached Service: a stale plan may name this node nowhere.
 			every := w.everyParsed.Requests(w.cached())
-			return desired.Held(w.node, nodeLabels, every, cfg), desired.Vacant(w.node, every, func(n string) bool { return down[n] })
+			return desired.Held(w.node, nodeLabels, every, cfg), desired.Vacant(w.node, every, isDown)
 		})
 	}
 	w.speaker.Apply(addrs)
