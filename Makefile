@@ -131,6 +131,11 @@ vet: ## go vet
 	$(GO) vet $(PKGS)
 	$(GO) -C hack/image vet ./...
 
+.PHONY: lint
+lint: ## golangci-lint with the linters of .golangci.yml (govet, staticcheck, errcheck, ineffassign, unused, misspell, revive's exported rule); builds it into hack/tools/bin first (~2 min cold)
+	./hack/build-golangci-lint.sh
+	$(TOOLSBIN)/golangci-lint run --timeout=10m ./...
+
 .PHONY: fmt-check
 fmt-check: ## Fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './hack/tools/*')); \
