@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -99,20 +98,23 @@ func TestAnnouncer(t *testing.T) {
 		ns := e.namespace(t)
 		e.create(t, ns, lbService("web"))
 		e.waitIngress(t, ns, "web", 1)
-		// The upstream controller ensures a new Service twice (before and after its
-		// finalizer is on); let that settle before counting.
-		time.Sleep(time.Second)
-		ensured := e.countEvents(t, ns, "web", "EnsuredLoadBalancer")
+		// The upstream controller ensures a new Service twice: before and after its
+		// finalizer is on.
+		ensured := e.waitEvents(t, ns, "web", "EnsuredLoadBalancer", 2)
 		e.setEndpoints(t, ns, "web", "node-b")
 		e.waitAnnouncer(t, ns, "web", "node-b")
 		e.setEndpoints(t, ns, "web", "node-a", "node-a", "node-b")
 		e.waitAnnouncer(t, ns, "web", "node-a")
 		e.waitEvent(t, ns, "web", "AnnouncerChanged", `changed from "node-b" to "node-a": node-a has more ready endpoints (2) than node-b (1)`)
 		// An announcer change is ours alone: the upstream service controller must not
-		// take the annotation for a change of the load balancer and ensure it again.
-		time.Sleep(time.Second)
-		if n := e.countEvents(t, ns, "web", "EnsuredLoadBalancer"); n != ensured {
-			t.Errorf("%d EnsuredLoadBalancer events after two announcer changes, want %d as before them", n, ensured)
+		// take the annotation for a change of the load balancer and ensure it again. An
+		// annotation of the user's, written after them, is one it ensures, and it takes
+		// the Service's changes in order: once that ensure is in, any the announcer
+		// changes caused are too.
+		before := e.countEvents(t, ns, "web", "EnsuredLoadBalancer")
+		e.patchAnnotation(t, ns, "web", "example.com/after-announcer-changes", "true")
+		if n := e.waitEvents(t, ns, "web", "EnsuredLoadBalancer", before+1); n != ensured+1 {
+			t.Errorf("%d EnsuredLoadBalancer events after two announcer changes and an annotation of the user's, want %d: one for the user's annotation alone", n, ensured+1)
 		}
 	})
 
@@ -181,15 +183,27 @@ func TestAnnouncer(t *testing.T) {
 		from := e.waitAnyAnnouncer(t, ns, "failover")
 		to := map[string]string{"node-a": "node-b", "node-b": "node-a"}[from]
 		e.agents[from].stop()
-		t.Cleanup(func() { e.agents[from].start() })
+		t.Cleanup(func() {
+			// Back for the subtests that follow, should this one end before it restarts it.
+			if err := e.agents[from].start(); err != nil {
+				t.Error(err)
+			}
+		})
 		e.waitAnnouncer(t, ns, "failover", to)
 		e.waitEvent(t, ns, "failover", "AnnouncerChanged", from+" agent not answering")
 		// No failback: the returning node is up again after three answers (300 ms), and
-		// the address stays where it is.
+		// the address stays where it is. The plan computed once it is back keeps the
+		// announcer and holds back the standbys that would name it again (a node back
+		// from down may be flapping), which the held writes count; a failback would
+		// write the announcer instead.
+		held := e.metricValue(t, serving, "baremetal_ccm_standby_writes_held_total")
 		if err := e.agents[from].start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second)
+		eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+			n := e.metricValue(t, serving, "baremetal_ccm_standby_writes_held_total")
+			return n > held, fmt.Sprintf("baremetal_ccm_standby_writes_held_total %v, want more than %v: no plan computed with %s back keeps the announcer", n, held, from)
+		})
 		e.waitAnnouncer(t, ns, "failover", to)
 		metrics := e.scrape(t, serving)
 		if !strings.Contains(metrics, `baremetal_ccm_agents{state="up"} 2`) {

@@ -317,6 +317,36 @@ func (e *env) findEvent(ctx context.Context, ns, name, reason, text string) stri
 }
 
 // countEvents returns how many times events of reason were recorded on the Service.
+// waitEvents waits until the Service has at least n events of reason, and returns how
+// many it has then.
+func (e *env) waitEvents(t testing.TB, ns, name, reason string, n int) int {
+	t.Helper()
+	var got int
+	eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+		var err error
+		if got, err = events.Count(ctx, e.admin, ns, name, reason); err != nil {
+			return false, err.Error()
+		}
+		return got >= n, fmt.Sprintf("%d %s events on %s/%s, want %d", got, reason, ns, name, n)
+	})
+	return got
+}
+
+// metricValue returns the value of a sample of the ccm's metrics, 0 if it has none.
+func (e *env) metricValue(t testing.TB, hostPort, sample string) float64 {
+	t.Helper()
+	for line := range strings.Lines(e.scrape(t, hostPort)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), sample+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", sample, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
 func (e *env) countEvents(t testing.TB, ns, name, reason string) int {
 	t.Helper()
 	n, err := events.Count(context.Background(), e.admin, ns, name, reason)
