@@ -257,7 +257,9 @@ func run(ctx context.Context, o options) error {
 		drain(watcher, o.shutdownGrace, signals)
 	}
 	stopRunning()
-	<-speakerDone
+	if err := <-speakerDone; err != nil {
+		klog.ErrorS(err, "The speaker stopped with an error", "node", o.nodeName)
+	}
 	klog.InfoS("Agent stopped", "node", o.nodeName)
 	return nil
 }

@@ -82,15 +82,17 @@ func PeersOf(node string, requests []*annotation.Request) []string {
 type Reason string
 
 const (
-	// NotInPool: the address lies outside every pool of the cloud-config.
+	// NotInPool means the address lies outside every pool of the cloud-config.
 	NotInPool Reason = "NotInPool"
-	// NotAnAddress: an ingress entry has no IP, or one that does not parse.
+	// NotAnAddress means an ingress entry has no IP, or one that does not parse.
 	NotAnAddress Reason = "NotAnAddress"
-	// NotLoadBalancer: the Service is not of type LoadBalancer.
+	// NotLoadBalancer means the Service is not of type LoadBalancer.
 	NotLoadBalancer Reason = "NotLoadBalancer"
-	// OtherClass: the Service has a loadBalancerClass, so another implementation owns it.
+	// OtherClass means the Service has a loadBalancerClass, so another implementation
+	// owns it.
 	OtherClass Reason = "OtherClass"
-	// NodeNotSelected: the address's pool has a nodeSelector that does not select this node.
+	// NodeNotSelected means the address's pool has a nodeSelector that does not select
+	// this node.
 	NodeNotSelected Reason = "NodeNotSelected"
 )
 

@@ -126,7 +126,7 @@ func TestAssignMoves(t *testing.T) {
 		joined := append(slices.Clone(nodes), healthy("node-new")...)
 		for _, rebalance := range []bool{true, false} {
 			after = announcers(Assign(groups, joined, Options{Rebalance: rebalance, Standbys: 2}))
-			all, others = moves(before, after, "")
+			all, _ = moves(before, after, "")
 			least := 0
 			if rebalance {
 				bound = Bound(float64(size.services) / float64(len(joined)))

@@ -140,11 +140,11 @@ func (f Family) String() string { return fmt.Sprintf("IPv%d", uint8(f)) }
 type UnableReason uint8
 
 const (
-	// NoUpInterface: none of the pool's interfaces (or, for a pool that names none, no
-	// interface with a subnet of the pool) is up.
+	// NoUpInterface means none of the pool's interfaces (or, for a pool that names none,
+	// no interface with a subnet of the pool) is up.
 	NoUpInterface UnableReason = 1
-	// NoAddress: the interface is up but has no address of the family, as a link that
-	// went down and up can come back without its IPv6 addresses.
+	// NoAddress means the interface is up but has no address of the family, as a link
+	// that went down and up can come back without its IPv6 addresses.
 	NoAddress UnableReason = 2
 )
 

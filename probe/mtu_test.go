@@ -59,7 +59,9 @@ func TestRepliesCrossMTU1280Unfragmented(t *testing.T) {
 				if _, err := ccmConn.WriteTo(req, agentConn.LocalAddr()); err != nil {
 					t.Fatal(err)
 				}
-				agentConn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if err := agentConn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
 				k, from, err := agentConn.ReadFrom(in)
 				if err != nil {
 					t.Fatalf("request %d: %v", c, err)
@@ -71,7 +73,9 @@ func TestRepliesCrossMTU1280Unfragmented(t *testing.T) {
 				if _, err := agentConn.WriteTo(out, from); err != nil {
 					t.Fatalf("reply %d of %d bytes does not leave unfragmented: %v", c, len(out), err)
 				}
-				ccmConn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if err := ccmConn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
 				k, _, err = ccmConn.ReadFrom(in)
 				if err != nil {
 					t.Fatalf("reply %d: %v", c, err)

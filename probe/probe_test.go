@@ -272,7 +272,9 @@ func TestResponderServe(t *testing.T) {
 	ask := func(nonce uint64) Reply {
 		t.Helper()
 		send(testKey.AppendRequest(nil, Request{Nonce: nonce, Sender: FromAgent, Instance: 1, Counter: nonce, To: NodeTag("node-a")}))
-		client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := client.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		b := make([]byte, MaxDatagram)
 		n, _, err := client.ReadFrom(b)
 		if err != nil {
@@ -289,7 +291,9 @@ func TestResponderServe(t *testing.T) {
 	// request refused (the next read gets the refusal), and both are counted.
 	send([]byte("hello"))
 	send(mustKey("not the key, but long enough for one\n").AppendRequest(nil, Request{Nonce: 41, Sender: FromAgent, Instance: 1, Counter: 41, To: NodeTag("node-a")}))
-	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if err := client.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	b := make([]byte, MaxDatagram)
 	n, _, err := client.ReadFrom(b)
 	if err != nil {

@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 		pprof.StopCPUProfile()
 		os.Exit(code)
 	case "spin":
-		for {
+		for { //nolint:staticcheck // SA5002: keeping a core busy is the point (spin)
 		}
 	}
 	os.Exit(m.Run())
@@ -83,7 +83,7 @@ func inNetns(b *testing.B) {
 	}
 	_ = exec.Command("ip", "netns", "del", netnsName).Run()
 	ip("netns", "add", netnsName)
-	defer exec.Command("ip", "netns", "del", netnsName).Run()
+	defer func() { _ = exec.Command("ip", "netns", "del", netnsName).Run() }() // else the next run does, above
 	ip("-n", netnsName, "link", "set", "lo", "up")
 	args := []string{"netns", "exec", netnsName, os.Args[0], "-test.run=^$", "-test.bench=^BenchmarkProber$", "-test.benchtime=1x", "-test.v"}
 	if prof := os.Getenv("PROBER_BENCH_CPUPROFILE"); prof != "" {

@@ -139,7 +139,9 @@ func TestRunReadsLinksWhileUnsubscribed(t *testing.T) {
 	go func() { done <- s.Run(ctx) }()
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}()
 	waitFor(t, 2*time.Second, "first read of the links", func() bool { return f.reads.Load() == 1 })
 	f.mu.Lock()

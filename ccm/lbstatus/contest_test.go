@@ -60,7 +60,9 @@ func TestContestedStatus(t *testing.T) {
 			return true, svc, nil // the other writer puts its address back at once
 		})
 		indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-		indexer.Add(svc)
+		if err := indexer.Add(svc); err != nil {
+			t.Fatal(err)
+		}
 		recorder := record.NewFakeRecorder(10000)
 		queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 		defer queue.ShutDown()
@@ -96,7 +98,9 @@ func TestContestedStatus(t *testing.T) {
 		// A change of the Service ends the contest: its status is corrected again at once.
 		changed := svc.DeepCopy()
 		changed.Generation = 2
-		indexer.Update(changed)
+		if err := indexer.Update(changed); err != nil {
+			t.Fatal(err)
+		}
 		before := patches
 		if err := c.sync(ctx, "ns/web"); err != nil || patches != before+1 {
 			t.Errorf("after the Service changed: %d status writes, %v; want 1", patches-before, err)

@@ -53,7 +53,7 @@ func renderInstall(version string, images []image) ([]byte, error) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), data, 0o644); err != nil {
 		return nil, err
 	}
-	rendered, err := render.RenderYAML(dir)
+	rendered, err := render.YAML(dir)
 	if err != nil {
 		return nil, err
 	}

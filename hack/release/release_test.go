@@ -110,7 +110,7 @@ func TestRelease(t *testing.T) {
 	if meta.Version != strings.TrimPrefix(version, "v") || meta.AppVersion != version {
 		t.Errorf("%s: version %q, appVersion %q; want %q, %q", chart, meta.Version, meta.AppVersion, strings.TrimPrefix(version, "v"), version)
 	}
-	rendered, err := render.RenderChart(filepath.Join(out, chart), "baremetal-system")
+	rendered, err := render.Chart(filepath.Join(out, chart), "baremetal-system")
 	if err != nil {
 		t.Fatal(err)
 	}

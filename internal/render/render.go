@@ -42,9 +42,9 @@ func Render(dir string) ([]*unstructured.Unstructured, error) {
 	return out, nil
 }
 
-// RenderYAML runs kustomize on dir and returns what `kubectl kustomize dir` prints: the
+// YAML runs kustomize on dir and returns what `kubectl kustomize dir` prints: the
 // objects as YAML documents.
-func RenderYAML(dir string) ([]byte, error) {
+func YAML(dir string) ([]byte, error) {
 	resources, err := kustomize(dir)
 	if err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func ManifestsDir() (string, error) {
 	return dir, nil
 }
 
-// ReleaseName is the Helm release RenderChart renders the chart as.
+// ReleaseName is the Helm release Chart renders the chart as.
 const ReleaseName = "baremetal"
 
 // ErrHelmNotFound is returned, wrapped, by Helm when the helm binary that `make helm`
@@ -132,9 +132,9 @@ func RunHelm(args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
-// RenderChart runs `helm template` on the chart in dir as ReleaseName in namespace, with
+// Chart runs `helm template` on the chart in dir as ReleaseName in namespace, with
 // more helm arguments such as --set or --values, and decodes every object it renders.
-func RenderChart(dir, namespace string, args ...string) ([]*unstructured.Unstructured, error) {
+func Chart(dir, namespace string, args ...string) ([]*unstructured.Unstructured, error) {
 	out, err := RunHelm(append([]string{"template", ReleaseName, dir, "--namespace", namespace}, args...)...)
 	if err != nil {
 		return nil, err

@@ -212,7 +212,7 @@ func (a *agent) start() error {
 		return err
 	}
 	a.conn = conn
-	go r.Serve(conn)
+	go func() { _ = r.Serve(conn) }() // nil once stop closes conn
 	return nil
 }
 

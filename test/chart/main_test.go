@@ -43,7 +43,7 @@ func chartDir(t testing.TB) string {
 // renderChart returns the chart's objects rendered with args (--set, --values) into namespace.
 func renderChart(t testing.TB, args ...string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := render.RenderChart(chartDir(t), namespace, args...)
+	objs, err := render.Chart(chartDir(t), namespace, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func TestValues(t *testing.T) {
 	})
 
 	t.Run("probe key too short", func(t *testing.T) {
-		_, err := render.RenderChart(chartDir(t), namespace, append(withPublicKey, "--set", "probeKey.create=true", "--set", "probeKey.value=short")...)
+		_, err := render.Chart(chartDir(t), namespace, append(withPublicKey, "--set", "probeKey.create=true", "--set", "probeKey.value=short")...)
 		if err == nil || !strings.Contains(err.Error(), "want at least 32") {
 			t.Errorf("a 5-byte key: got %v, want an error saying at least 32 bytes", err)
 		}
@@ -132,7 +132,7 @@ func TestValues(t *testing.T) {
 			"no private key":              {"--set", "verdictKey.create=true"},
 			"a public key as the private": {"--set", "verdictKey.create=true", "--set-file", "verdictKey.private=testdata/verdict.pub"},
 		} {
-			if _, err := render.RenderChart(chartDir(t), namespace, args...); err == nil || !strings.Contains(err.Error(), "verdictKey.") {
+			if _, err := render.Chart(chartDir(t), namespace, args...); err == nil || !strings.Contains(err.Error(), "verdictKey.") {
 				t.Errorf("%s: got %v, want an error naming the verdictKey value", name, err)
 			}
 		}
@@ -180,7 +180,7 @@ func TestValues(t *testing.T) {
 				t.Errorf("without leader election the ccm still gets %s", a)
 			}
 		}
-		_, err := render.RenderChart(chartDir(t), namespace, "--set", "ccm.leaderElection.enabled=false")
+		_, err := render.Chart(chartDir(t), namespace, "--set", "ccm.leaderElection.enabled=false")
 		if err == nil || !strings.Contains(err.Error(), "needs ccm.leaderElection.enabled") {
 			t.Errorf("two replicas without leader election: got %v, want an error", err)
 		}

@@ -234,7 +234,11 @@ func TestAbandonedTempDirsAreRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dir.remove()
+	defer func() {
+		if err := dir.remove(); err != nil {
+			t.Error(err)
+		}
+	}()
 	old := time.Now().Add(-time.Hour)
 	if err := os.Chtimes(dir.path, old, old); err != nil {
 		t.Fatal(err)

@@ -403,7 +403,10 @@ func remove(dir string) error {
 	}
 }
 
-var sweepOnce = sync.OnceFunc(func() { Sweep() })
+// sweepOnce runs Sweep before the first group of the process is created. What it fails
+// to remove stays behind but is in no one's way, the groups of this process having names
+// of their own (its pid in them); TestSweep reports Sweep's errors.
+var sweepOnce = sync.OnceFunc(func() { _ = Sweep() })
 
 // Sweep removes the groups of this package whose creator (the pid in their name) is no
 // longer alive, moving any process left in them to the top of the hierarchy first, so

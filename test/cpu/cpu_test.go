@@ -298,7 +298,11 @@ func TestCloseMovesProcessesOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { p.Kill() })
+		t.Cleanup(func() {
+			if err := p.Kill(); err != nil {
+				t.Error(err)
+			}
+		})
 		pids = append(pids, p.Pid())
 	}
 	before := cgroupOf(t, pids[0])
@@ -377,7 +381,11 @@ func TestCloseRemovesSubgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(func() {
+		if err := p.Kill(); err != nil {
+			t.Error(err)
+		}
+	})
 	before := cgroupOf(t, p.Pid())
 	parent, err := New("parent")
 	if err != nil {

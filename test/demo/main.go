@@ -124,7 +124,13 @@ func run(ctx context.Context) error {
 		}
 		return err
 	}
-	defer cp.Stop()
+	defer func() {
+		// The demo promises to remove all it created: a process that had to be killed, or
+		// a directory left behind, is worth a word.
+		if err := cp.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "\nstop the control plane: %v\n", err)
+		}
+	}()
 
 	step("Creating the network namespaces and starting an agent on each node")
 	tb, err := testbed.New(ctx, cp, 3, cloudConfig, dir)

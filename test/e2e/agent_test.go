@@ -168,7 +168,9 @@ func probeFrom(t *testing.T, key *probe.Key, client, node *netns.Host, nonce uin
 		if _, err := conn.WriteTo(key.AppendRequest(nil, probe.Request{Nonce: nonce, Sender: probe.FromAgent, Instance: probe.NewInstance(), Counter: 1, To: probe.NodeTag(node.Label)}), to); err != nil {
 			return err
 		}
-		conn.SetReadDeadline(time.Now().Add(time.Second))
+		if err := conn.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+			return err
+		}
 		b := make([]byte, probe.MaxDatagram)
 		n, _, err := conn.ReadFrom(b)
 		if err != nil {
@@ -224,7 +226,9 @@ func TestHealthAndDrain(t *testing.T) {
 		t.Errorf("probe 1 s after SIGTERM = %+v; want draining", draining)
 	}
 	t.Logf("draining reported %v after SIGTERM", time.Since(signalled))
-	c.Net.Client.FlushNeighbors()
+	if err := c.Net.Client.FlushNeighbors(); err != nil {
+		t.Fatal(err)
+	}
 	if got, err := c.reach(vip4); err != nil || got != node1.Label {
 		t.Errorf("while draining, connection reached %q (%v), want node1", got, err)
 	}

@@ -312,7 +312,9 @@ func startNodes(t *testing.T, cp *controlplane.ControlPlane, network *netns.Netw
 			if t.Failed() {
 				t.Logf("kube-proxy on %s log:\n%s", h.Label, kp.Logs())
 			}
-			kp.Stop()
+			if err := kp.Stop(); err != nil {
+				t.Errorf("stop kube-proxy on %s: %v", h.Label, err)
+			}
 		})
 	}
 	return nodes

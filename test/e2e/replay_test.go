@@ -114,7 +114,9 @@ func (c *cluster) replayRequests(t *testing.T, attacker, owner *netns.Host, svc 
 		// Whatever answers the owner sent are in the socket by now, or within a moment.
 		b := make([]byte, probe.MaxDatagram)
 		for {
-			conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if err := conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+				return err
+			}
 			if _, _, err := conn.ReadFrom(b); errors.Is(err, os.ErrDeadlineExceeded) {
 				return nil
 			} else if err != nil {

@@ -98,7 +98,9 @@ func pipe(dst, src net.Conn) {
 		return
 	}
 	if tc, ok := dst.(*net.TCPConn); ok {
-		tc.CloseWrite()
+		// It fails only once the other direction has closed the connection: there is
+		// then no stream left to end.
+		_ = tc.CloseWrite()
 	}
 }
 

@@ -156,7 +156,7 @@ func TestForward(t *testing.T) {
 			}
 			go func() {
 				defer c.Close()
-				io.Copy(c, c)
+				_, _ = io.Copy(c, c) // what fails, the client sees
 			}()
 		}
 	}()
@@ -182,7 +182,9 @@ func TestForward(t *testing.T) {
 		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
-		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		got, err := io.ReadAll(c)
 		c.Close()
 		if err != nil || string(got) != msg {
@@ -221,7 +223,7 @@ func TestDo(t *testing.T) {
 			if err != nil {
 				return
 			}
-			io.WriteString(c, node1.Label+"\n")
+			_, _ = io.WriteString(c, node1.Label+"\n") // what fails, the client sees
 			c.Close()
 		}
 	}()
@@ -232,7 +234,9 @@ func TestDo(t *testing.T) {
 		if err != nil {
 			t.Fatalf("client dials node1's listener: %v", err)
 		}
-		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		line, err := bufio.NewReader(c).ReadString('\n')
 		c.Close()
 		if err != nil || line != "node1\n" {
@@ -245,7 +249,9 @@ func TestDo(t *testing.T) {
 	// default route, out of this machine.)
 	c, err := net.DialTimeout("tcp", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String(), time.Second)
 	if err == nil {
-		c.SetDeadline(time.Now().Add(time.Second))
+		if err := c.SetDeadline(time.Now().Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		line, _ := bufio.NewReader(c).ReadString('\n')
 		c.Close()
 		if line == "node1\n" {
@@ -401,7 +407,11 @@ func TestClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(func() {
+		if err := p.Kill(); err != nil {
+			t.Error(err)
+		}
+	})
 
 	start = time.Now()
 	if err := n.Close(); err != nil {
@@ -438,13 +448,18 @@ func TestSweep(t *testing.T) {
 		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", ns).CombinedOutput(); err != nil {
 			t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
 		}
-		t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+		// Sweep deletes the stale one first, and the deletion then fails.
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
 	}
 	sleeper, err := process.StartCmd("sleep", exec.Command("ip", "netns", "exec", stale, "sleep", "60"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { sleeper.Kill() })
+	t.Cleanup(func() {
+		if err := sleeper.Kill(); err != nil {
+			t.Error(err)
+		}
+	})
 	// Wait until the child has entered the namespace, for Sweep to find it there.
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		out, _ := exec.Command("ip", "netns", "pids", stale).Output()

@@ -284,7 +284,11 @@ func TestRemovePod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(func() {
+		if err := p.Kill(); err != nil {
+			t.Error(err)
+		}
+	})
 	waitPids(t, old.Name)
 
 	if err := n.RemovePod(old); err != nil {

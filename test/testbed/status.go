@@ -144,7 +144,7 @@ func (c *Cluster) statusOf(ctx context.Context, h *netns.Host) (*Status, error) 
 func (c *Cluster) WaitStatus(ctx context.Context, timeout time.Duration, cond func(*Status) (bool, string)) (*Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	why := "no answer yet"
+	var why string
 	for {
 		st, err := c.Status(ctx)
 		if err == nil {

@@ -193,7 +193,7 @@ func (c *Cluster) addNode(ctx context.Context, h *netns.Host) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		// The control plane may be gone already; a Node left in a stopped one is no leak.
-		c.Admin.CoreV1().Nodes().Delete(ctx, h.Label, metav1.DeleteOptions{})
+		_ = c.Admin.CoreV1().Nodes().Delete(ctx, h.Label, metav1.DeleteOptions{})
 		return nil
 	})
 	node.Status.Addresses = []corev1.NodeAddress{

@@ -136,7 +136,9 @@ func Ask(ctx context.Context, dial DialFunc, addr netip.AddrPort) (Answer, error
 	}
 	defer conn.Close()
 	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
+		if err := conn.SetDeadline(d); err != nil {
+			return Answer{}, fmt.Errorf("set the deadline of the connection to %s: %w", addr, err)
+		}
 	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil {
