@@ -96,7 +96,7 @@ containerd: ## Build containerd, its runc shim and ctr for the install test's ku
 	./hack/build-containerd.sh
 
 .PHONY: test
-test: deps tools helm containerd build test-images upgrade-images node-images fmt-check vet ## Every test (with -race; the end-to-end ones as root), go vet and a gofmt check; ends with a line of counts
+test: deps tools helm containerd build test-images upgrade-images node-images fmt-check vet lint ## Every test (with -race; the end-to-end ones as root), go vet, golangci-lint and a gofmt check; ends with a line of counts
 	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent \
 	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_UPGRADE_IMAGES=$(abspath $(UPGRADE_BIN)) \
@@ -135,6 +135,7 @@ vet: ## go vet
 lint: ## golangci-lint with the linters of .golangci.yml (govet, staticcheck, errcheck, ineffassign, unused, misspell, revive's exported rule); builds it into hack/tools/bin first (~2 min cold)
 	./hack/build-golangci-lint.sh
 	$(TOOLSBIN)/golangci-lint run --timeout=10m ./...
+	cd hack/image && ../../$(TOOLSBIN)/golangci-lint run --timeout=10m ./...
 
 .PHONY: fmt-check
 fmt-check: ## Fail if gofmt would change a file

@@ -199,7 +199,7 @@ func checkImage(t *testing.T, a archive, m v1.Descriptor, name string, s stamp, 
 	if cf.OS != plat.OS || cf.Architecture != plat.Architecture {
 		t.Errorf("%s: config platform %s/%s", what, cf.OS, cf.Architecture)
 	}
-	if !cf.Created.Time.Equal(s.created) {
+	if !cf.Created.Equal(s.created) {
 		t.Errorf("%s: config created %v, want %v", what, cf.Created.Time, s.created)
 	}
 	entrypoint := "/usr/local/bin/" + name

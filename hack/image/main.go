@@ -55,7 +55,7 @@ func main() {
 
 // build is the build command.
 func build(args []string) error {
-	fs := flag.NewFlagSet("build", flag.ExitOnError)
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	bin := fs.String("bin", "bin", "directory of the binaries (<os>_<arch>/<name>) and of the archives written")
 	platformList := fs.String("platforms", "linux/amd64,linux/arm64", "platforms of each index, comma-separated")
 	registry := fs.String("registry", "", "registry and path the images are named under, e.g. ghcr.io/cloud-provider-baremetal")
@@ -63,7 +63,9 @@ func build(args []string) error {
 	revision := fs.String("revision", "", "git commit built, for org.opencontainers.image.revision")
 	epoch := fs.String("source-date-epoch", "", "Unix time of every timestamp in the images: the commit's")
 	names := fs.String("programs", "baremetal-ccm,baremetal-agent", "programs to build an image of, comma-separated")
-	fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	if *registry == "" || *version == "" || *revision == "" || *epoch == "" {
 		return errors.New("-registry, -version, -revision and -source-date-epoch are required")
 	}
@@ -114,11 +116,13 @@ func buildArchive(p program, bin string, platforms []v1.Platform, registry strin
 
 // push is the push command.
 func push(args []string) error {
-	fs := flag.NewFlagSet("push", flag.ExitOnError)
+	fs := flag.NewFlagSet("push", flag.ContinueOnError)
 	bin := fs.String("bin", "bin", "directory of the archives that make images wrote")
 	registry := fs.String("registry", "", "registry and path to push to, e.g. ghcr.io/cloud-provider-baremetal")
 	version := fs.String("version", "", "tag to push")
-	fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	if *registry == "" || *version == "" {
 		return errors.New("-registry and -version are required")
 	}
