@@ -5,7 +5,6 @@ import (
 
 	"k8s.io/component-base/metrics"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
@@ -32,8 +31,20 @@ var idleAgents = metrics.NewGauge(&metrics.GaugeOpts{
 // Plans is what the scheduler needs of the duty tracker: the nodes a plan names.
 type Plans interface {
 	// Planned returns the nodes some plan names now; nil while not known.
-	Planned() *duty.Planned
+	Planned() *Planned
 }
+
+// Planned is the set of nodes some published plan names, as announcer or standby: the
+// nodes whose death moves an address, which the ccm probes at the full rate.
+type Planned struct {
+	// Nodes are the nodes named; nil while not known, when every node counts as named.
+	Nodes map[string]bool
+	// Version increases with every change of Nodes, from 1 once known.
+	Version uint64
+}
+
+// Named reports whether a plan names node, or the plans are not known yet.
+func (p *Planned) Named(node string) bool { return p == nil || p.Nodes == nil || p.Nodes[node] }
 
 // idleLocked reports whether a's next probe goes at the idle rate: it answers as up, no
 // plan names it, its replies say it takes idle requests, and nothing is in doubt.

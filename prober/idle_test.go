@@ -9,15 +9,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
 // plans is a duty tracker that knows only which nodes a plan names.
-type plans struct{ p atomic.Pointer[duty.Planned] }
+type plans struct{ p atomic.Pointer[Planned] }
 
-func (d *plans) Planned() *duty.Planned                         { return d.p.Load() }
+func (d *plans) Planned() *Planned                              { return d.p.Load() }
 func (d *plans) Duty(string) (probe.Digest, bool)               { return 0, false }
 func (d *plans) List(string) ([]netip.Addr, probe.Digest, bool) { return nil, 0, false }
 
@@ -26,7 +25,7 @@ func (d *plans) set(version uint64, nodes ...string) {
 	for _, n := range nodes {
 		set[n] = true
 	}
-	d.p.Store(&duty.Planned{Nodes: set, Version: version})
+	d.p.Store(&Planned{Nodes: set, Version: version})
 }
 
 // TestIdleAgents checks that the ccm probes the agents no plan names IdleFactor intervals

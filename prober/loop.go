@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
@@ -83,7 +82,7 @@ type sched struct {
 	// plans are the duty tracker's, nil for an agent's prober; planned the nodes named
 	// as the scheduler last took them.
 	plans   Plans
-	planned *duty.Planned
+	planned *Planned
 }
 
 // newSched opens the sockets of a Run.

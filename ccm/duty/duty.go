@@ -31,6 +31,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 // Verdicts is what the tracker needs of the prober: a *prober.Prober.
@@ -68,20 +69,8 @@ type Tracker struct {
 
 	// planned are the nodes some plan names; read without the lock by the prober's
 	// scheduler, which looks at it on every round.
-	planned atomic.Pointer[Planned]
+	planned atomic.Pointer[prober.Planned]
 }
-
-// Planned is the set of nodes some published plan names, as announcer or standby: the
-// nodes whose death moves an address, which the ccm probes at the full rate.
-type Planned struct {
-	// Nodes are the nodes named; nil while not known, when every node counts as named.
-	Nodes map[string]bool
-	// Version increases with every change of Nodes, from 1 once known.
-	Version uint64
-}
-
-// Named reports whether a plan names node, or the plans are not known yet.
-func (p *Planned) Named(node string) bool { return p == nil || p.Nodes == nil || p.Nodes[node] }
 
 // New returns a Tracker over the Services and Nodes of the informers and the verdicts of
 // verdicts. It computes nothing before Run.
@@ -149,7 +138,7 @@ func (t *Tracker) List(node string) ([]netip.Addr, probe.Digest, bool) {
 }
 
 // Planned returns the nodes some plan names now; nil before the caches synced.
-func (t *Tracker) Planned() *Planned { return t.planned.Load() }
+func (t *Tracker) Planned() *prober.Planned { return t.planned.Load() }
 
 // Run computes the duties whenever the Services, the Nodes' labels, the cloud-config or
 // the verdict change, until ctx ends.
@@ -257,7 +246,7 @@ func (t *Tracker) setPlanned(requests []*annotation.Request) {
 	if old != nil {
 		version = old.Version + 1
 	}
-	t.planned.Store(&Planned{Nodes: nodes, Version: version})
+	t.planned.Store(&prober.Planned{Nodes: nodes, Version: version})
 }
 
 func (t *Tracker) labelsOf(node string) labels.Set {

@@ -18,6 +18,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 type fakeVerdicts struct {
@@ -148,7 +149,7 @@ func TestTrackerPlanned(t *testing.T) {
 	defer cancel()
 	factory.Start(ctx.Done())
 	go tr.Run(ctx)
-	var p *Planned
+	var p *prober.Planned
 	wait := func(what string, want ...string) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
