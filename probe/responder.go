@@ -51,6 +51,7 @@ type Responder struct {
 	// expected is the duty digest the newest ccm request carried, if it knew one.
 	expected      Digest
 	expectedKnown bool
+	onExpected    func()
 	// duty is the newest duty list taken, and parts the parts of one still arriving.
 	duty      *Duty
 	dutyParts assembly[netip.Addr]
@@ -305,27 +306,39 @@ func (r *Responder) refuse(out []byte, nonce uint64) ([]byte, bool) {
 // and is of the instance followed (or may be followed now), and the newest of them as
 // what that ccm's verdict and the agent's duty are.
 func (r *Responder) heard(req Request, now time.Time) {
+	if f := r.heardLocked(req, now); f != nil {
+		f()
+	}
+}
+
+// heardLocked is heard, under the lock; it returns the function registered by
+// OnExpected when the expected digest changed, to call once the lock is let go.
+func (r *Responder) heardLocked(req Request, now time.Time) (onExpected func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// The challenge echoed was sent with the reply to the request before this one, which
 	// promised the same gap as this one: an agent that just started takes it from there.
 	if !r.challenges.echoed(req.Echo, now, Gap(r.interval, req.Idle)) {
-		return
+		return nil
 	}
 	was := r.follow.instance
 	followed, newest := r.follow.take(req.Instance, req.Counter, now, Gap(r.interval, r.idle))
 	if !followed {
-		return
+		return nil
 	}
 	if was != req.Instance {
 		klog.InfoS("Following a ccm", "instance", req.Instance, "before", was)
 	}
 	if newest {
 		r.newestVerdict = VerdictRef{Instance: req.Instance, Seq: req.Verdict}
+		if req.Duty != r.expected || req.DutyKnown != r.expectedKnown {
+			onExpected = r.onExpected
+		}
 		r.expected, r.expectedKnown = req.Duty, req.DutyKnown
 		r.idle = req.Idle
 	}
 	r.lastCCM.Store(now.UnixNano())
+	return onExpected
 }
 
 // reply appends the reply to req to b, and reports whether there is one to send.
@@ -455,6 +468,14 @@ func (r *Responder) newDuty(d Duty) bool {
 func (r *Responder) newDutyLocked(d Duty) bool {
 	return d.To == r.tag && d.Instance == r.follow.instance && r.expectedKnown && d.Digest == r.expected &&
 		(r.duty == nil || r.duty.Instance != d.Instance || d.Seq > r.duty.Seq)
+}
+
+// OnExpected registers f to be called whenever the duty digest the ccm's newest request
+// expects, or whether that ccm knows one, changes. Call it before Serve.
+func (r *Responder) OnExpected(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onExpected = f
 }
 
 // OnDuty registers f to be called after every duty list taken. Call it before Serve.

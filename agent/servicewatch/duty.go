@@ -34,6 +34,8 @@ type Duties interface {
 	SetView(digest probe.Digest, confirmedOnly bool)
 	// OnDuty registers a function called after every duty list taken.
 	OnDuty(func())
+	// OnExpected registers a function called whenever Expected changes.
+	OnExpected(func())
 }
 
 var confirmedOnlyGauge = metrics.NewGauge(&metrics.GaugeOpts{
@@ -65,6 +67,15 @@ type dutyCheck struct {
 func (w *Watcher) SetDuties(d Duties) {
 	w.duties = d
 	d.OnDuty(func() { w.queue.Add(everything) })
+	d.OnExpected(w.pokeDuty)
+}
+
+// pokeDuty makes watchDuty look at once.
+func (w *Watcher) pokeDuty() {
+	select {
+	case w.dutyWake <- struct{}{}:
+	default:
+	}
 }
 
 // expected returns the ccm's duty digest, if a ccm is heard that knows one.
@@ -109,6 +120,7 @@ func (w *Watcher) confirm(own []desired.Address, cached func() (held []desired.A
 		confirmedOnlyGauge.Set(boolGauge(confirmedOnly))
 	}
 	w.duties.SetView(digest, confirmedOnly)
+	w.pokeDuty()
 	if !mismatch {
 		return own
 	}
@@ -161,17 +173,24 @@ func (w *Watcher) countVacated(vacated []desired.Address) {
 
 // watchDuty queues a sync whenever the comparison with the ccm's duty may come out
 // otherwise: the ccm's digest changed, the tolerance ran out, the watch broke or healed.
+// While the views agree, a ccm is heard and the watch works, only a new digest, a change
+// of the watch's health or a sync can change that, and each wakes it (pokeDuty): an agent
+// at rest does not wake for it at all, which on a node whose pods keep every core busy
+// leaves its small share of the CPU to its answers. Otherwise it looks every
+// DutyTolerance/10.
 func (w *Watcher) watchDuty(ctx context.Context) {
 	if w.duties == nil {
 		return
 	}
-	tick := time.NewTicker(DutyTolerance / 10)
-	defer tick.Stop()
+	step := DutyTolerance / 10
+	timer := time.NewTimer(step)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
+		case <-w.dutyWake:
 		}
 		expected, known := w.expected()
 		_, broken := w.WatchBroken()
@@ -180,9 +199,13 @@ func (w *Watcher) watchDuty(ctx context.Context) {
 		stale := mismatch != !w.check.mismatchSince.IsZero() ||
 			mismatch && !w.check.confirmedOnly && (broken || time.Since(w.check.mismatchSince) >= DutyTolerance) ||
 			!mismatch && w.check.confirmedOnly
+		steady := known && !mismatch && w.check.mismatchSince.IsZero() && !w.check.confirmedOnly && !broken
 		w.check.mu.Unlock()
 		if stale {
 			w.queue.Add(everything)
+		}
+		if !steady || stale {
+			timer.Reset(step)
 		}
 	}
 }

@@ -35,6 +35,8 @@ import (
 // new one within milliseconds, and a list by a watch as soon.
 type watchHealth struct {
 	now func() time.Time
+	// changed, if set, is called whenever the watch breaks or mends, without the lock.
+	changed func()
 
 	mu      sync.Mutex
 	since   time.Time // zero while the watch works
@@ -55,7 +57,8 @@ func (h *watchHealth) observe(ctx context.Context, err error) {
 		return // the informer is stopping: no verdict on the API server
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	was := h.since.IsZero()
+	defer h.unlockNotify(was)
 	switch {
 	case err != nil && (h.since.IsZero() || h.lastErr == errWatchEnded):
 		if h.since.IsZero() {
@@ -83,10 +86,20 @@ func (h *watchHealth) ended(ctx context.Context) {
 		return
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlockNotify(h.since.IsZero())
 	if h.since.IsZero() {
 		h.since, h.lastErr = h.now(), errWatchEnded
 		klog.V(2).InfoS("No Service watch stream runs; taken for broken until one is accepted")
+	}
+}
+
+// unlockNotify lets go of the lock, and calls changed if the watch broke or mended since
+// it was taken, when working said whether the watch worked.
+func (h *watchHealth) unlockNotify(working bool) {
+	flipped := working != h.since.IsZero()
+	h.mu.Unlock()
+	if flipped && h.changed != nil {
+		h.changed()
 	}
 }
 

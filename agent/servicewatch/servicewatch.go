@@ -105,6 +105,8 @@ type Watcher struct {
 	// duties, if set, is the ccm's duty to compare the own view with.
 	duties Duties
 	check  dutyCheck
+	// dutyWake makes watchDuty look at once (pokeDuty).
+	dutyWake chan struct{}
 }
 
 // Drain keeps announcing every address announced so far, and adds those that come, until
@@ -135,7 +137,9 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 		nodeSynced: nodes.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-agent-services"}),
+		dutyWake: make(chan struct{}, 1),
 	}
+	health.changed = w.pokeDuty
 	w.cfg.Store(cfg)
 	if err := w.informer.AddIndexers(cache.Indexers{
 		byAnnouncer: func(obj any) ([]string, error) {

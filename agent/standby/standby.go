@@ -79,6 +79,8 @@ type Standby struct {
 	peersKnown bool
 	// cacheVersion returns the resourceVersion this agent's Service cache has reached.
 	cacheVersion func() uint64
+	// wake makes Run look at once, rather than at the time it planned.
+	wake chan struct{}
 }
 
 var (
@@ -111,7 +113,7 @@ func Metrics() []metrics.Registerable {
 // peers, for probes every cfg.ProbeInterval.
 func New(node string, cfg config.Failover, responder Responder, peers Peers) *Standby {
 	s := &Standby{node: node, interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, coveredBy: map[string]bool{}, peerSet: map[string]bool{}, unconfirmed: time.Now(),
-		cacheVersion: func() uint64 { return 0 }}
+		cacheVersion: func() uint64 { return 0 }, wake: make(chan struct{}, 1)}
 	// Unconfirmed from the start: the replies say so, for a new leader to see.
 	responder.SetStandsDown(true)
 	responder.OnVerdict(s.takeVerdict)
@@ -155,6 +157,11 @@ func (s *Standby) Unconfirm() {
 	if was {
 		klog.InfoS("Lost an interface; announcing nothing until the ccm's verdict or the peers confirm where this node stands")
 		s.changed()
+		// Run checks every step again until the node is confirmed.
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -241,31 +248,40 @@ func (s *Standby) SetPeers(nodes []string) {
 func (s *Standby) SetCovers(nodes []string) { s.responder.SetCovers(nodes) }
 
 // Run follows whether a ccm is heard until ctx ends, and checks the peers while none is.
+//
+// While a ccm is heard and this node is confirmed, nothing can change before the moment
+// the ccm would have been silent for SilentAfter, so Run sleeps until then: an agent at
+// rest wakes about once a probe, not four times a probe interval, which on a node whose
+// pods keep every core busy leaves its small share of the CPU to its answers. Otherwise
+// (not confirmed, no ccm heard, silence about to begin) it checks every quarter interval.
 func (s *Standby) Run(ctx context.Context) {
-	// A tick later than this came from a process short of CPU.
-	lateTick := probe.SilentAfter(s.interval) / 2
-	tick := time.NewTicker(s.interval / 4)
-	defer tick.Stop()
+	step := s.interval / 4
+	// A check later than this past its time came from a process short of CPU.
+	late := probe.SilentAfter(s.interval)/2 - step
+	timer := time.NewTimer(step)
+	defer timer.Stop()
+	due := time.Now().Add(step)
 	stopPeers := func() {}
 	defer func() { stopPeers() }()
-	prevTick := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
+		case <-s.wake:
 		}
+		stalled := time.Since(due) > late
 		s.confirm()
 		last := s.responder.LastCCM()
 		now := time.Now()
 		silent := now.Sub(last) > s.responder.SilentAfter()
+		due = s.nextCheck(now, last, silent, step)
+		timer.Reset(due.Sub(now))
 		// A process short of CPU (its node's cores all busy, its quota spent) hears the
 		// ccm late, not never: the ccm's requests wait in its socket. Silence is not
-		// taken from a tick that came late, nor while datagrams wait unread, or this
+		// taken from a check that came late, nor while datagrams wait unread, or this
 		// agent would check its peers, at a cost it can least afford then, each time it
 		// runs late.
-		stalled := now.Sub(prevTick) > lateTick
-		prevTick = now
 		s.mu.Lock()
 		if silent && !s.silent && (stalled || s.responder.Unread()) {
 			s.mu.Unlock()
@@ -293,6 +309,20 @@ func (s *Standby) Run(ctx context.Context) {
 			stopPeers()
 		}
 	}
+}
+
+// nextCheck returns when Run looks again, given the last time a ccm was heard and
+// whether it is silent now: at the moment the ccm would turn silent while this node is
+// confirmed and hears it, else a step on.
+func (s *Standby) nextCheck(now, last time.Time, silent bool, step time.Duration) time.Time {
+	s.mu.Lock()
+	quiet := s.confirmed && !s.silent && !silent
+	s.mu.Unlock()
+	if !quiet {
+		return now.Add(step)
+	}
+	// Just past the moment, so that the check finds the silence begun.
+	return last.Add(s.responder.SilentAfter() + time.Millisecond)
 }
 
 // peerChanged takes a peer that failed this agent's probes for down, and notes the peers

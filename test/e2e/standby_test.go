@@ -243,7 +243,7 @@ func TestLeaderChangeMovesNothing(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // a window of traffic after the new leader settled
 	reqs := l.Stop()
 	if bad := slices.IndexFunc(reqs, func(r traffic.Request) bool { return !r.OK() || r.Node != owner }); bad >= 0 {
-		t.Errorf("request at %v failed or reached %q during the leader change, want %s", reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, owner)
+		t.Errorf("request at %v failed or reached %q during the leader change, want %s: %v", reqs[bad].Start.Format("15:04:05.000"), reqs[bad].Node, owner, reqs[bad].Err)
 	}
 	if got := c.announcer(t, svc); got != owner {
 		t.Errorf("announcer %s after the leader change, want %s", got, owner)

@@ -223,6 +223,33 @@ func Alive(pid int) bool {
 	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }
 
+// userHZ is the unit of the CPU times of /proc/<pid>/stat: USER_HZ, 100 on every
+// architecture Linux runs on today.
+const userHZ = 100
+
+// CPUTime returns the CPU time pid has used so far, in user and kernel mode, all its
+// threads added up, at the 10 ms granularity of /proc/<pid>/stat.
+func CPUTime(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
+	}
+	// After the command name: state is field 3 of stat(5), utime 14, stime 15.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("CPU time of process %d: /proc/%d/stat has %d fields after the command", pid, pid, len(fields))
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
 // Orphaned reports whether name, of something a test made outside its process (a network
 // namespace, a cgroup) and named prefix, the creator's pid, a dash and the rest, was made
 // by a process no longer alive: nothing else will remove it. A name not made so is not.
