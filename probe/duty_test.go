@@ -149,3 +149,37 @@ func TestResponderTakesDuties(t *testing.T) {
 		t.Errorf("Duty() after an empty duty = %+v", got)
 	}
 }
+
+// TestResponderOnExpected checks that the agent is told when the duty digest the ccm
+// expects changes, and only then: its duty check sleeps until told, so a change missed
+// would leave a view that differs from the ccm's unnoticed until the next sync.
+func TestResponderOnExpected(t *testing.T) {
+	r := newTestResponder(t)
+	calls := 0
+	r.OnExpected(func() { calls++ })
+	ccm := newTalker(r, FromCCM, 10)
+	ask := func(known bool, d Digest) {
+		t.Helper()
+		req := ccm.next()
+		req.DutyKnown, req.Duty = known, d
+		ccm.ask(t, req)
+	}
+	ccm.ask(t, ccm.next()) // a challenge to echo
+	for i, step := range []struct {
+		known bool
+		d     Digest
+		calls int
+	}{
+		{true, 7, 1},  // a digest to expect
+		{true, 7, 1},  // the same again: nothing changed
+		{true, 8, 2},  // another
+		{false, 8, 3}, // a ccm that knows none now
+		{false, 8, 3},
+		{true, 8, 4}, // known again
+	} {
+		ask(step.known, step.d)
+		if calls != step.calls {
+			t.Errorf("step %d (known %v, digest %v): %d calls, want %d", i, step.known, step.d, calls, step.calls)
+		}
+	}
+}
