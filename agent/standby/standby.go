@@ -75,6 +75,9 @@ type Standby struct {
 	// being cut off, takes nothing back that others took over meanwhile.
 	confirmed   bool
 	unconfirmed time.Time
+	// settle is how long after unconfirmed a ccm request must be taken to confirm: an
+	// interval once the node lost an interface (Unconfirm), none at the start.
+	settle time.Duration
 	// peersKnown is set once the plans have been read (SetPeers).
 	peersKnown bool
 	// cacheVersion returns the resourceVersion this agent's Service cache has reached.
@@ -152,7 +155,7 @@ func (s *Standby) CoveredBy() []string {
 func (s *Standby) Unconfirm() {
 	s.mu.Lock()
 	was := s.confirmed
-	s.confirmed, s.unconfirmed = false, time.Now()
+	s.confirmed, s.unconfirmed, s.settle = false, time.Now(), s.interval
 	s.mu.Unlock()
 	if was {
 		klog.InfoS("Lost an interface; announcing nothing until the ccm's verdict or the peers confirm where this node stands")
@@ -172,11 +175,15 @@ func (s *Standby) confirm() {
 		s.mu.Unlock()
 		return
 	}
-	since, silent, held, peersKnown := s.unconfirmed, s.silent, s.verdict, s.peersKnown
+	since, settle, silent, held, peersKnown := s.unconfirmed, s.settle, s.silent, s.verdict, s.peersKnown
 	targets := maps.Clone(s.peerSet)
 	s.mu.Unlock()
 	how := ""
-	if ccm := s.responder.CCMVerdict(); s.responder.LastCCM().After(since) && ccm.Seq != 0 && ccm == held {
+	// A request taken within an interval of the loss may have been sent before it, queued
+	// in the socket while the link went down: only a later one shows that the ccm hears
+	// this node since. Else a node whose link went down could take itself for confirmed
+	// and, once the link is back, announce what its standby took over meanwhile.
+	if ccm := s.responder.CCMVerdict(); s.responder.LastCCM().After(since.Add(settle)) && ccm.Seq != 0 && ccm == held {
 		how = "verdict"
 	} else if silent {
 		// Every peer answering since, none with a Service cache ahead of this node's: one

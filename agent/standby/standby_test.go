@@ -18,7 +18,8 @@ import (
 type fakeResponder struct {
 	mu         sync.Mutex
 	verdict    probe.Verdict
-	heard      bool             // a ccm is heard: LastCCM is now
+	heard      bool // a ccm is heard: LastCCM is now, or last if set
+	last       time.Time
 	ccm        probe.VerdictRef // the verdict the ccm's requests say it is at
 	covers     []string
 	standsDown bool
@@ -38,10 +39,20 @@ func (r *fakeResponder) SilentAfter() time.Duration { return probe.SilentAfter(2
 func (r *fakeResponder) LastCCM() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.heard {
+	switch {
+	case r.heard && !r.last.IsZero():
+		return r.last
+	case r.heard:
 		return time.Now()
 	}
 	return time.Time{}
+}
+
+// setLast says when the ccm was last heard, from now on.
+func (r *fakeResponder) setLast(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last = at
 }
 
 func (r *fakeResponder) CCMVerdict() probe.VerdictRef {
@@ -310,4 +321,28 @@ func TestUnconfirm(t *testing.T) {
 	}
 	run(t, s) // the ccm, heard, is at the verdict held
 	eventually(t, "the agent confirmed again", func() bool { return !s.Snapshot()["self"] && !r.stoodDown() })
+}
+
+// TestUnconfirmNotByARequestQueuedBefore checks that a ccm request taken just after the
+// agent lost an interface does not confirm where the node stands: it was most likely
+// sent before, and waited in the socket while the link went down. A node whose link went
+// down would take itself for confirmed, and announce again once the link came back, over
+// the standby that took its addresses meanwhile.
+func TestUnconfirmNotByARequestQueuedBefore(t *testing.T) {
+	s, r, _, _ := newTest(t)
+	r.fromCCM(1, "a")
+	s.Unconfirm()
+	s.mu.Lock()
+	lost := s.unconfirmed
+	s.mu.Unlock()
+	r.setLast(lost.Add(time.Millisecond))
+	s.confirm()
+	if !s.Snapshot()["self"] || !r.stoodDown() {
+		t.Fatal("a request taken a millisecond after the loss confirmed where the node stands")
+	}
+	r.setLast(lost.Add(s.settle + time.Millisecond))
+	s.confirm()
+	if s.Snapshot()["self"] || r.stoodDown() {
+		t.Error("a request taken an interval after the loss did not confirm where the node stands")
+	}
 }
