@@ -34,6 +34,7 @@ import (
 	"k8s.io/component-base/version/verflag"
 	"k8s.io/klog/v2"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/conntrack"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/realtime"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"
@@ -56,15 +57,17 @@ type options struct {
 	shutdownGrace    time.Duration
 	configReload     time.Duration
 	realtimePriority int
+	sweepConntrack   bool
 	logs             *logsapi.LoggingConfiguration
 }
 
 func main() {
-	o := options{nodeName: os.Getenv("NODE_NAME"), shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, logs: logsapi.NewLoggingConfiguration()}
+	o := options{nodeName: os.Getenv("NODE_NAME"), shutdownGrace: 30 * time.Second, configReload: 10 * time.Second, sweepConntrack: true, logs: logsapi.NewLoggingConfiguration()}
 	cmd := &cobra.Command{
 		Use:   "baremetal-agent",
 		Short: "Answer ARP and NDP for the Service addresses this node announces",
-		Long: `baremetal-agent runs on every node (a DaemonSet with host networking and CAP_NET_RAW).
+		Long: `baremetal-agent runs on every node (a DaemonSet with host networking, CAP_NET_RAW and
+CAP_NET_ADMIN).
 It answers ARP (IPv4) and NDP (IPv6) for the addresses of the Services whose
 lb.baremetal.io/announcer annotation names its node, announces them when it gains them
 and then once per announcements.refreshInterval of the cloud-config, and answers the
@@ -89,6 +92,7 @@ ccm's health probes.`,
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", o.shutdownGrace, "On SIGTERM, how long to keep answering, as draining, while Services still name this node.")
 	fs.DurationVar(&o.configReload, "cloud-config-reload-interval", o.configReload, "How often to check the cloud-config file for changes (a ConfigMap update reaches the file within a minute or so); a valid new file takes effect at once, an invalid one is logged and ignored.")
 	fs.IntVar(&o.realtimePriority, "realtime-priority", o.realtimePriority, "Experimental, off by default: the SCHED_FIFO priority (1-99) the agent runs at once ready, above every process of the fair scheduler, so that busy pods cannot delay its answers to probes, ARP and NDP; it gives the priority back for a while whenever it uses over half a core for a second. Needs CAP_SYS_NICE. Known hazard: agents at this priority have been seen to spin a thread at a whole core for minutes, starving the node, with the give-back unable to run; do not use it in production yet.")
+	fs.BoolVar(&o.sweepConntrack, "sweep-conntrack", o.sweepConntrack, "For a minute after this node begins to announce an address, clear the TCP connection-tracking entries its kernel made for the address untranslated: SYNs that came before kube-proxy had the address's rules, whose entries would keep the retries of those connections failing for minutes. Needs CAP_NET_ADMIN; without it the agent logs an error once and goes on without.")
 	verflag.AddFlags(fs)
 	logsapi.AddFlags(o.logs, fs)
 	os.Exit(cli.Run(cmd))
@@ -185,12 +189,18 @@ func run(ctx context.Context, o options) error {
 	}
 	standbys := standby.New(o.nodeName, cfg.Failover, responder, peers)
 	var watcher *servicewatch.Watcher
-	sp := speaker.New(speaker.Options{
+	spOpts := speaker.Options{
 		Unplaced: func(a desired.Address) { watcher.Unplaced(a) },
 		// Perhaps cut off: once back, first learn what others took over meanwhile.
 		LinkLost: func(string) { standbys.Unconfirm() },
 		Unable:   responder.SetUnable,
-	})
+	}
+	var sweeper *conntrack.Sweeper
+	if o.sweepConntrack {
+		sweeper = conntrack.NewSweeper(conntrack.Kernel{})
+		spOpts.Gained = sweeper.Gained
+	}
+	sp := speaker.New(spOpts)
 	sp.SetPools(cfg.Pools)
 	sp.SetRefresh(cfg.Announcements.RefreshInterval)
 	watcher, err = servicewatch.New(o.nodeName, cfg, factory, nodes, sp, standbys, recorder)
@@ -205,6 +215,7 @@ func run(ctx context.Context, o options) error {
 	legacyregistry.MustRegister(standby.Metrics()...)
 	legacyregistry.MustRegister(config.Metrics()...)
 	legacyregistry.MustRegister(realtime.Metrics()...)
+	legacyregistry.MustRegister(conntrack.Metrics()...)
 
 	// The speaker outlives the signal: on SIGTERM the agent drains, answering as before.
 	runCtx, stopRunning := context.WithCancel(context.Background())
@@ -232,6 +243,9 @@ func run(ctx context.Context, o options) error {
 	nodeFactory.Start(runCtx.Done())
 	go watcher.Run(runCtx)
 	go standbys.Run(runCtx)
+	if sweeper != nil {
+		go sweeper.Run(runCtx)
+	}
 	go func() {
 		// Not while the caches fill: listing thousands of Services is no work to do
 		// ahead of the node's pods.

@@ -49,6 +49,9 @@ type Options struct {
 	// Unable, if set, is called with what the node cannot announce (see Unable) whenever
 	// it changes with the links or the pools.
 	Unable func([]probe.Unable)
+	// Gained, if set, is called with the addresses the node begins to announce on an
+	// interface, as it begins. It must not block or keep the slice.
+	Gained func([]netip.Addr)
 }
 
 type respKey struct {
@@ -350,6 +353,9 @@ func (s *Speaker) reconcile() {
 			announce = append(announce, a)
 		}
 		if len(announce) > 0 {
+			if s.opts.Gained != nil {
+				s.opts.Gained(announce) // before announce, which reuses the slice
+			}
 			go s.announce(r, announce)
 		}
 		s.scheduleRefreshes(k.link, addrs, isGained, lingering, quiet)

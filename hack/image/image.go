@@ -47,10 +47,11 @@ var programs = []program{
 	{
 		name:        "baremetal-agent",
 		description: "node agent of cloud-provider-baremetal: answers ARP and NDP for the addresses its node announces",
-		// Root: the agent answers ARP and NDP on raw sockets, with NET_RAW, the one
-		// capability its DaemonSet adds. A capability added to a container is effective
-		// only for root: Kubernetes gives a non-root process no ambient capabilities, so
-		// a non-root agent could open no raw socket.
+		// Root: the agent answers ARP and NDP on raw sockets, with NET_RAW, and clears
+		// connection-tracking entries with NET_ADMIN, the capabilities its DaemonSet adds.
+		// A capability added to a container is effective only for root: Kubernetes gives
+		// a non-root process no ambient capabilities, so a non-root agent could open no
+		// raw socket.
 		user: "0:0",
 	},
 }

@@ -23,7 +23,7 @@ var testPlatforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "li
 
 // wantUser is the user each image must run as, as its manifest expects: the ccm's
 // Deployment sets runAsNonRoot, which the kubelet enforces only on a numeric user; the
-// agent's NET_RAW works only for root.
+// agent's NET_RAW and NET_ADMIN work only for root.
 var wantUser = map[string]string{
 	"baremetal-ccm":   "65532:65532",
 	"baremetal-agent": "0:0",

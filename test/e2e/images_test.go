@@ -101,11 +101,11 @@ func manifestPods(t testing.TB) map[testbed.Program]corev1.PodSpec {
 
 // TestImages runs the agents and the ccm from the images `make images` built, each with
 // its container's securityContext in the manifests (read-only root, every capability
-// dropped but the agent's NET_RAW, the ccm as a non-root user), and sees an address
+// dropped but the agent's NET_RAW and NET_ADMIN, the ccm as a non-root user), and sees an address
 // announced, and failed over when its node dies.
 func TestImages(t *testing.T) {
 	images := loadImages(t, imagesEnv)
-	for prog, want := range map[testbed.Program][]string{testbed.Agent: {"NET_RAW"}, testbed.CCM: nil} {
+	for prog, want := range map[testbed.Program][]string{testbed.Agent: {"NET_RAW", "NET_ADMIN"}, testbed.CCM: nil} {
 		sc := images.Security[prog]
 		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || len(sc.Capabilities.Drop) == 0 {
 			t.Fatalf("the manifests' %s container has no read-only root or drops no capability: %+v", prog, sc)
@@ -130,7 +130,7 @@ func TestImages(t *testing.T) {
 	for prog, want := range map[testbed.Program]struct {
 		nonRoot bool
 		capEff  string
-	}{testbed.CCM: {true, "0000000000000000"}, testbed.Agent: {false, "0000000000002000"}} {
+	}{testbed.CCM: {true, "0000000000000000"}, testbed.Agent: {false, "0000000000003000"}} {
 		h := c.Net.Bridge
 		if prog == testbed.Agent {
 			h = c.Net.Nodes[0]
