@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // Slack is how far above its fair share a node's count of address groups may rise before
@@ -251,7 +253,7 @@ func (s *spread) newItem(g *Group, e *eligibility) item {
 func poolSignature(pools []PoolNodes) string {
 	parts := make([]string, 0, len(pools))
 	for _, p := range pools {
-		parts = append(parts, fmt.Sprintf("%s/%t/%t", p.Pool, p.IPv4, p.IPv6))
+		parts = append(parts, fmt.Sprintf("%s/%t/%t", p.Pool, p.Families[iprange.IPv4], p.Families[iprange.IPv6]))
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ",")

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // ExcludeLabel keeps a node from announcing any address, as it keeps it out of every
@@ -37,8 +39,8 @@ type Node struct {
 
 // Unable is a pool and family a node's agent cannot announce now, and why.
 type Unable struct {
-	Pool string
-	IPv6 bool
+	Pool   string
+	Family iprange.Family
 	// Why says it for people: "node-a has no IPv6 address on eth0".
 	Why string
 }
@@ -90,9 +92,9 @@ type LocalService struct {
 type PoolNodes struct {
 	Pool         string
 	NodeSelector labels.Selector // nil selects every node
-	// IPv4 and IPv6 say which families of the pool's addresses the group holds: a node
-	// must be able to announce those.
-	IPv4, IPv6 bool
+	// Families says, by iprange.Family, which families of the pool's addresses the group
+	// holds: a node must be able to announce those.
+	Families [2]bool
 }
 
 // Reason says, for machines, why a node was chosen or none was.

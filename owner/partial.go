@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // able returns the indices of the nodes that may announce g's addresses: those Eligible
@@ -38,19 +40,18 @@ func able(g Group, nodes []Node) []int {
 
 // family is one family of one pool's addresses in a group.
 type family struct {
-	pool string
-	ipv6 bool
+	pool   string
+	family iprange.Family
 }
 
 // families returns the pools and families of g's addresses, in g.Pools' order.
 func families(g Group) []family {
 	var out []family
 	for _, p := range g.Pools {
-		if p.IPv4 {
-			out = append(out, family{p.Pool, false})
-		}
-		if p.IPv6 {
-			out = append(out, family{p.Pool, true})
+		for _, f := range []iprange.Family{iprange.IPv4, iprange.IPv6} {
+			if p.Families[f] {
+				out = append(out, family{p.Pool, f})
+			}
 		}
 	}
 	return out
@@ -63,7 +64,7 @@ func Unserved(g Group, n Node) []Unable {
 	var out []Unable
 	for _, f := range families(g) {
 		for _, u := range n.Unable {
-			if u.Pool == f.pool && u.IPv6 == f.ipv6 {
+			if u.Pool == f.pool && u.Family == f.family {
 				out = append(out, u)
 				break
 			}
@@ -82,17 +83,13 @@ func Unannounced(g Group, nodes []Node, node string) string {
 	}
 	var what, why []string
 	for _, u := range Unserved(g, nodes[i]) {
-		fam := "IPv4"
-		if u.IPv6 {
-			fam = "IPv6"
-		}
-		what = append(what, fmt.Sprintf("the %s addresses of pool %s", fam, u.Pool))
+		what = append(what, fmt.Sprintf("the %s addresses of pool %s", u.Family, u.Pool))
 		for _, n := range nodes {
 			if barred(g, n) != "" {
 				continue
 			}
 			for _, v := range n.Unable {
-				if v.Pool == u.Pool && v.IPv6 == u.IPv6 {
+				if v.Pool == u.Pool && v.Family == u.Family {
 					why = append(why, v.Why)
 				}
 			}

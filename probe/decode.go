@@ -68,8 +68,13 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 		d.err = fmt.Errorf("%w: a reply carrying %d of %d pools and families it cannot announce", ErrFormat, u, r.UnableSum.Len)
 	}
 	for ; u > 0 && d.err == nil; u-- {
-		x := Unable{Family: Family(d.byte()), Reason: UnableReason(d.byte()), Pool: d.name()}
+		family := d.byte()
+		x := Unable{Reason: UnableReason(d.byte()), Pool: d.name()}
 		x.Interface = string(d.take(int(d.byte())))
+		var ok bool
+		if x.Family, ok = familyFromWire(family); !ok && d.err == nil {
+			d.err = fmt.Errorf("%w: unknown family %d of pool %q", ErrFormat, family, x.Pool)
+		}
 		if err := x.check(); err != nil && d.err == nil {
 			d.err = fmt.Errorf("%w: %v", ErrFormat, err)
 		}

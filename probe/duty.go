@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // Digest sums up a set of addresses in 8 bytes: the ccm's requests carry the digest of
@@ -116,25 +118,24 @@ func dutyHead(d *decoder) Duty {
 	return Duty{Instance: d.uint64(), Seq: d.uint64(), To: d.uint64(), Digest: Digest(d.uint64())}
 }
 
-// Family is an address family in a reply: 4 or 6.
-type Family uint8
-
-// The families.
-const (
-	IPv4 Family = 4
-	IPv6 Family = 6
-)
-
-// FamilyOf returns a's family.
-func FamilyOf(a netip.Addr) Family {
-	if a.Unmap().Is4() {
-		return IPv4
+// wireFamily is f as a reply carries it: 4 or 6.
+func wireFamily(f iprange.Family) byte {
+	if f == iprange.IPv4 {
+		return 4
 	}
-	return IPv6
+	return 6
 }
 
-// String returns "IPv4" or "IPv6".
-func (f Family) String() string { return fmt.Sprintf("IPv%d", uint8(f)) }
+// familyFromWire is the family a reply's 4 or 6 says, and false for any other value.
+func familyFromWire(b byte) (iprange.Family, bool) {
+	switch b {
+	case 4:
+		return iprange.IPv4, true
+	case 6:
+		return iprange.IPv6, true
+	}
+	return 0, false
+}
 
 // UnableReason says why an agent cannot announce a pool's addresses of a family.
 type UnableReason uint8
@@ -151,7 +152,7 @@ const (
 // Unable is a pool and family an agent cannot announce now, and why.
 type Unable struct {
 	Pool      string
-	Family    Family
+	Family    iprange.Family
 	Reason    UnableReason
 	Interface string // the interface concerned, for NoAddress
 }
@@ -161,8 +162,6 @@ const maxInterfaceName = 15
 
 func (u Unable) check() error {
 	switch {
-	case u.Family != IPv4 && u.Family != IPv6:
-		return fmt.Errorf("unknown family %d of pool %q", u.Family, u.Pool)
 	case u.Reason != NoUpInterface && u.Reason != NoAddress:
 		return fmt.Errorf("unknown reason %d for pool %q", u.Reason, u.Pool)
 	case len(u.Interface) > maxInterfaceName:

@@ -60,7 +60,7 @@ const tagLen = 8
 func unableLen(u Unable) int { return 2 + 1 + len(u.Pool) + 1 + len(u.Interface) }
 
 func appendUnable(b []byte, u Unable) []byte {
-	b = append(b, byte(u.Family), byte(u.Reason))
+	b = append(b, wireFamily(u.Family), byte(u.Reason))
 	b = appendName(b, u.Pool)
 	return append(append(b, byte(len(u.Interface))), u.Interface...)
 }

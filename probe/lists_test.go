@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // maxedResponder returns a Responder whose replies carry the most of everything: the
@@ -28,7 +30,7 @@ func maxedResponder(t *testing.T, covers int) (*Responder, []uint64, []Unable) {
 	r.SetCovers(names)
 	var unable []Unable
 	for i := range MaxUnable / 2 {
-		for _, f := range []Family{IPv4, IPv6} {
+		for _, f := range []iprange.Family{iprange.IPv4, iprange.IPv6} {
 			unable = append(unable, Unable{Pool: fmt.Sprintf("%0253d", i), Family: f, Reason: NoAddress, Interface: strings.Repeat("e", maxInterfaceName)})
 		}
 	}
@@ -128,10 +130,10 @@ func TestGatherKeepsWhatASharesLeavesOut(t *testing.T) {
 func TestShares(t *testing.T) {
 	l := replyLists{}
 	l.setCovers([]string{"a", "b", "a", "c"})
-	l.setUnable([]Unable{{Pool: "p", Family: IPv6, Reason: NoUpInterface}, {Pool: "p", Family: IPv4, Reason: NoUpInterface}, {Pool: "p", Family: IPv6, Reason: NoUpInterface}})
+	l.setUnable([]Unable{{Pool: "p", Family: iprange.IPv6, Reason: NoUpInterface}, {Pool: "p", Family: iprange.IPv4, Reason: NoUpInterface}, {Pool: "p", Family: iprange.IPv6, Reason: NoUpInterface}})
 	r := Reply{State: Ready, Node: "node-a"}
 	l.fill(&r, 7)
-	if len(r.Covers) != 3 || r.CoverSum.Len != 3 || len(r.Unable) != 2 || r.UnableSum.Len != 2 || r.Unable[0].Family != IPv4 {
+	if len(r.Covers) != 3 || r.CoverSum.Len != 3 || len(r.Unable) != 2 || r.UnableSum.Len != 2 || r.Unable[0].Family != iprange.IPv4 {
 		t.Errorf("lists that fit: reply %+v, want both whole, without repeats, IPv4 first", r)
 	}
 	if TurnsToWhole(r.CoverSum, r.UnableSum) != 2 {

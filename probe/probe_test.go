@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // testInterval is the probe interval of the tests' responders: the default.
@@ -39,7 +41,7 @@ func TestEncoding(t *testing.T) {
 	if len(req) != RequestLen || len(req) != len(want)+macLen || !bytes.HasPrefix(req, want) {
 		t.Errorf("request = % x, want % x and a 16-byte code", req, want)
 	}
-	unable := []Unable{{Pool: "p", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}
+	unable := []Unable{{Pool: "p", Family: iprange.IPv6, Reason: NoAddress, Interface: "eth0"}}
 	reply, err := testKey.AppendReply(nil, Reply{Nonce: 0x0102030405060708, Challenge: 7, State: Draining, Node: "node-a", StandsDown: true, ConfirmedOnly: true, TakesIdle: true, Verdict: VerdictRef{Instance: 3, Seq: 4}, CacheVersion: 5, Covers: []uint64{0x62}, CoverSum: ListSum{Len: 300, Digest: 8}, Digest: 6, Unable: unable, UnableSum: ListSum{Len: 2, Digest: 9}})
 	if err != nil {
 		t.Fatal(err)
@@ -127,9 +129,9 @@ func TestAppendReplyRefuses(t *testing.T) {
 		{State: Ready, Node: "node-a", Covers: []uint64{1}},
 		{State: Ready, Node: "node-a", CoverSum: ListSum{Len: MaxCovers + 1}},
 		{State: Ready, Node: "node-a", CoverSum: ListSum{Len: -1}},
-		{State: Ready, Node: "node-a", Unable: []Unable{{Pool: "p", Family: IPv4, Reason: NoUpInterface}}},
+		{State: Ready, Node: "node-a", Unable: []Unable{{Pool: "p", Family: iprange.IPv4, Reason: NoUpInterface}}},
 		{State: Ready, Node: "node-a", UnableSum: ListSum{Len: MaxUnable + 1}},
-		{State: Ready, Node: "node-a", Unable: []Unable{{Pool: "", Family: IPv4, Reason: NoUpInterface}}, UnableSum: ListSum{Len: 1}},
+		{State: Ready, Node: "node-a", Unable: []Unable{{Pool: "", Family: iprange.IPv4, Reason: NoUpInterface}}, UnableSum: ListSum{Len: 1}},
 	} {
 		if _, err := testKey.AppendReply(nil, r); err == nil {
 			t.Errorf("AppendReply(%+v) succeeded", r)
@@ -199,7 +201,7 @@ func TestParseErrors(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add(testKey.AppendRequest(nil, Request{Nonce: 1, Sender: FromCCM, Instance: 2, Counter: 3, Verdict: 4}))
 	reply, _ := testKey.AppendReply(nil, Reply{Nonce: 1, State: Ready, Node: "node-a", Verdict: VerdictRef{1, 2}, Covers: []uint64{NodeTag("b"), NodeTag("c")}, CoverSum: ListSum{Len: 3, Digest: 4},
-		Unable: []Unable{{Pool: "p", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}, UnableSum: ListSum{Len: 1, Digest: 5}})
+		Unable: []Unable{{Pool: "p", Family: iprange.IPv6, Reason: NoAddress, Interface: "eth0"}}, UnableSum: ListSum{Len: 1, Digest: 5}})
 	f.Add(reply)
 	// A reply longer than any sender makes: a seed, so that the fuzzer does not spend its
 	// time minimizing a long input that first takes that branch.

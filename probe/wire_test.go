@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // roundTrip is one datagram of each type, encoded, with a parse that returns what it
@@ -44,7 +46,7 @@ func roundTrips(t *testing.T) []roundTrip {
 	for i := range 100 {
 		covers = append(covers, NodeTag(fmt.Sprintf("covered-%02d", i)))
 	}
-	unable := []Unable{{Pool: "public", Family: IPv6, Reason: NoAddress, Interface: "eth0"}}
+	unable := []Unable{{Pool: "public", Family: iprange.IPv6, Reason: NoAddress, Interface: "eth0"}}
 	reply := Reply{Nonce: 3, State: Ready, Node: strings.Repeat("n", maxNodeName), Verdict: VerdictRef{Instance: 8, Seq: 9}, Covers: covers, CoverSum: ListSum{Len: 300, Digest: 1},
 		Unable: unable, UnableSum: ListSum{Len: 2, Digest: 2}}
 	down := make([]string, 40)

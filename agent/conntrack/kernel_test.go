@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
 )
 
@@ -137,7 +138,7 @@ func TestUnansweredKernelFilter(t *testing.T) {
 		if err := create(40001, vip, netip.MustParseAddr("198.19.3.2"), nl.TCP_CONNTRACK_ESTABLISHED, answered); err != nil {
 			return err
 		}
-		return Kernel{}.Unanswered(unix.AF_INET, func(e Entry) { got = append(got, e) })
+		return Kernel{}.Unanswered(iprange.IPv4, func(e Entry) { got = append(got, e) })
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func BenchmarkSweep(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			if err := s.sweep(unix.AF_INET, addrs, map[netip.Addr]int{}); err != nil {
+			if err := s.sweep(iprange.IPv4, addrs, map[netip.Addr]int{}); err != nil {
 				return err
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // The sweeps of an address: the first a second after the node gains it, when kube-proxy,
@@ -29,12 +31,12 @@ const (
 
 // Table is the connection tracking a Sweeper clears: Kernel, the node's.
 type Table interface {
-	// Unanswered calls f with each entry of family (unix.AF_INET or unix.AF_INET6) that
-	// has seen no reply and whose destination is not translated, and perhaps others.
-	Unanswered(family uint8, f func(Entry)) error
+	// Unanswered calls f with each entry of family that has seen no reply and whose
+	// destination is not translated, and perhaps others.
+	Unanswered(family iprange.Family, f func(Entry)) error
 	// Delete deletes e, read from family's table, and reports whether it did: not if it
 	// is gone or another entry took its tuple since.
-	Delete(family uint8, e Entry) (bool, error)
+	Delete(family iprange.Family, e Entry) (bool, error)
 }
 
 // A Sweeper clears the stale entries (see Stale) of the addresses a node gains, a few
@@ -143,13 +145,13 @@ func (s *Sweeper) Run(ctx context.Context) {
 func (s *Sweeper) sweepDue(now time.Time) time.Time {
 	s.mu.Lock()
 	due := map[*watch]netip.Addr{}
-	byFamily := map[uint8]map[netip.Addr]bool{}
+	byFamily := map[iprange.Family]map[netip.Addr]bool{}
 	for a, w := range s.watches {
 		if w.next.After(now.Add(slack)) {
 			continue
 		}
 		due[w] = a
-		f := familyOf(a)
+		f := iprange.FamilyOf(a)
 		if byFamily[f] == nil {
 			byFamily[f] = map[netip.Addr]bool{}
 		}
@@ -187,7 +189,7 @@ func (s *Sweeper) sweepDue(now time.Time) time.Time {
 
 // sweep clears the stale entries of addrs, of one family, adding what it found of each to
 // found.
-func (s *Sweeper) sweep(family uint8, addrs map[netip.Addr]bool, found map[netip.Addr]int) error {
+func (s *Sweeper) sweep(family iprange.Family, addrs map[netip.Addr]bool, found map[netip.Addr]int) error {
 	start := time.Now()
 	var stale []Entry
 	err := s.table.Unanswered(family, func(e Entry) {
@@ -209,26 +211,12 @@ func (s *Sweeper) sweep(family uint8, addrs map[netip.Addr]bool, found map[netip
 	if err != nil {
 		sweepErrors.Inc()
 		if !errors.Is(err, unix.EPERM) {
-			klog.ErrorS(err, "Clearing untranslated connection-tracking entries of gained addresses", "family", familyName(family), "cleared", n)
+			klog.ErrorS(err, "Clearing untranslated connection-tracking entries of gained addresses", "family", family, "cleared", n)
 		}
 	}
 	cleared.Add(float64(n))
 	if n > 0 {
-		klog.InfoS("Cleared connection-tracking entries of connections that reached this node before its Service rules for an address", "family", familyName(family), "cleared", n, "addresses", len(addrs), "took", time.Since(start))
+		klog.InfoS("Cleared connection-tracking entries of connections that reached this node before its Service rules for an address", "family", family, "cleared", n, "addresses", len(addrs), "took", time.Since(start))
 	}
 	return err
-}
-
-func familyOf(a netip.Addr) uint8 {
-	if a.Is4() {
-		return unix.AF_INET
-	}
-	return unix.AF_INET6
-}
-
-func familyName(f uint8) string {
-	if f == unix.AF_INET {
-		return "IPv4"
-	}
-	return "IPv6"
 }

@@ -10,12 +10,14 @@ import (
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // fakeTable is a connection tracking table in memory.
 type fakeTable struct {
 	entries []Entry
-	passes  []uint8
+	passes  []iprange.Family
 	err     error
 }
 
@@ -24,20 +26,20 @@ func (f *fakeTable) add(e Entry) {
 	f.entries = append(f.entries, e)
 }
 
-func (f *fakeTable) Unanswered(family uint8, fn func(Entry)) error {
+func (f *fakeTable) Unanswered(family iprange.Family, fn func(Entry)) error {
 	f.passes = append(f.passes, family)
 	if f.err != nil {
 		return f.err
 	}
 	for _, e := range f.entries {
-		if (family == unix.AF_INET) == e.Dst.Addr().Is4() {
+		if family == iprange.FamilyOf(e.Dst.Addr()) {
 			fn(e)
 		}
 	}
 	return nil
 }
 
-func (f *fakeTable) Delete(_ uint8, e Entry) (bool, error) {
+func (f *fakeTable) Delete(_ iprange.Family, e Entry) (bool, error) {
 	n := len(f.entries)
 	f.entries = slices.DeleteFunc(f.entries, func(x Entry) bool { return bytes.Equal(x.raw, e.raw) })
 	return len(f.entries) < n, nil
@@ -67,7 +69,7 @@ func TestSweeperClearsGained(t *testing.T) {
 		t.Fatalf("at the gain: %d passes, next at +%v; want none, and the first a second later", len(table.passes), next.Sub(gained))
 	}
 	s.sweepDue(gained.Add(firstSweep))
-	if want := []uint8{unix.AF_INET, unix.AF_INET6}; !sameFamilies(table.passes, want) {
+	if want := []iprange.Family{iprange.IPv4, iprange.IPv6}; !sameFamilies(table.passes, want) {
 		t.Errorf("passes a second after the gain: %v, want one of each family %v", table.passes, want)
 	}
 	want := []string{"198.18.0.100:8080 -> 198.19.3.2:8080", "198.18.0.101:8080 -> 198.18.0.101:8080"}
@@ -139,7 +141,7 @@ func TestSweeperOffWithoutPermission(t *testing.T) {
 	}
 }
 
-func sameFamilies(got, want []uint8) bool {
+func sameFamilies(got, want []iprange.Family) bool {
 	got = slices.Clone(got)
 	slices.Sort(got)
 	return slices.Equal(got, want)

@@ -11,6 +11,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // Bits of an entry's status (enum ip_conntrack_status).
@@ -46,12 +48,11 @@ type Kernel struct{}
 // batch.
 const dumpBuffer = 64 << 10
 
-// Unanswered calls f with each entry of family (unix.AF_INET or unix.AF_INET6) that has
-// seen no reply and whose destination is not translated, as the kernel filters its dump
+// Unanswered calls f with each entry of family that has seen no reply and whose destination is not translated, as the kernel filters its dump
 // (and, from kernels that cannot, every entry). An Entry's raw bytes are valid only
 // during f. An interrupted dump, one the table changed under, gives what it read: the
 // next sweep reads again.
-func (Kernel) Unanswered(family uint8, f func(Entry)) error {
+func (Kernel) Unanswered(family iprange.Family, f func(Entry)) error {
 	filter := !noStatusFilter.Load()
 	err := dump(family, filter, f)
 	if filter && errors.Is(err, unix.EINVAL) {
@@ -68,7 +69,7 @@ func (Kernel) Unanswered(family uint8, f func(Entry)) error {
 var noStatusFilter atomic.Bool
 
 // dump is Unanswered, asking the kernel to filter by status or not.
-func dump(family uint8, filter bool, f func(Entry)) error {
+func dump(family iprange.Family, filter bool, f func(Entry)) error {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return fmt.Errorf("list connection-tracking entries: open a netlink socket: %w", err)
@@ -79,7 +80,7 @@ func dump(family uint8, filter bool, f func(Entry)) error {
 		return fmt.Errorf("list connection-tracking entries: %w", err)
 	}
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_CTNETLINK<<8|nl.IPCTNL_MSG_CT_GET, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: family, Version: nl.NFNETLINK_V0})
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: addressFamily(family), Version: nl.NFNETLINK_V0})
 	if filter {
 		req.AddData(nl.NewRtAttr(nl.CTA_STATUS, nl.BEUint32Attr(0)))
 		req.AddData(nl.NewRtAttr(ctaStatusMask, nl.BEUint32Attr(statusSeenReply|statusDstNAT)))
@@ -127,9 +128,9 @@ func dump(family uint8, filter bool, f func(Entry)) error {
 
 // Delete deletes e from the table of family, unless it is gone or another entry took its
 // tuple since it was read: then it reports false and no error.
-func (Kernel) Delete(family uint8, e Entry) (bool, error) {
+func (Kernel) Delete(family iprange.Family, e Entry) (bool, error) {
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_CTNETLINK<<8|nl.IPCTNL_MSG_CT_DELETE, unix.NLM_F_ACK)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: family, Version: nl.NFNETLINK_V0})
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: addressFamily(family), Version: nl.NFNETLINK_V0})
 	req.AddRawData(e.raw)
 	if _, err := req.Execute(unix.NETLINK_NETFILTER, 0); errors.Is(err, syscall.ENOENT) {
 		return false, nil
@@ -137,6 +138,14 @@ func (Kernel) Delete(family uint8, e Entry) (bool, error) {
 		return false, fmt.Errorf("delete the connection-tracking entry to %s: %w", e.Dst, err)
 	}
 	return true, nil
+}
+
+// addressFamily is f as the kernel numbers it: AF_INET or AF_INET6.
+func addressFamily(f iprange.Family) uint8 {
+	if f == iprange.IPv4 {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
 }
 
 // parseEntry reads an entry from a message of a conntrack dump: the netfilter header,

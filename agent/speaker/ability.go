@@ -17,8 +17,8 @@ import (
 func Unable(pools []config.Pool, links []Link) []probe.Unable {
 	var out []probe.Unable
 	for _, p := range pools {
-		for _, f := range []probe.Family{probe.IPv4, probe.IPv6} {
-			if !slices.ContainsFunc(p.Ranges, func(r iprange.Range) bool { return r.Is4() == (f == probe.IPv4) }) {
+		for _, f := range []iprange.Family{iprange.IPv4, iprange.IPv6} {
+			if !slices.ContainsFunc(p.Ranges, func(r iprange.Range) bool { return r.Family() == f }) {
 				continue
 			}
 			if u, ok := unable(p, f, links); ok {
@@ -31,7 +31,7 @@ func Unable(pools []config.Pool, links []Link) []probe.Unable {
 }
 
 // unable says why the pool's addresses of family f cannot be announced on links, if so.
-func unable(p config.Pool, f probe.Family, links []Link) (probe.Unable, bool) {
+func unable(p config.Pool, f iprange.Family, links []Link) (probe.Unable, bool) {
 	u := probe.Unable{Pool: p.Name, Family: f, Reason: probe.NoUpInterface}
 	for _, l := range links {
 		if !l.Up || l.Loopback || len(l.MAC) != 6 {
@@ -61,15 +61,15 @@ func unable(p config.Pool, f probe.Family, links []Link) (probe.Unable, bool) {
 }
 
 // hasFamily reports whether l has an address of family f.
-func hasFamily(l Link, f probe.Family) bool {
-	return slices.ContainsFunc(l.Subnets, func(s netip.Prefix) bool { return probe.FamilyOf(s.Addr()) == f })
+func hasFamily(l Link, f iprange.Family) bool {
+	return slices.ContainsFunc(l.Subnets, func(s netip.Prefix) bool { return iprange.FamilyOf(s.Addr()) == f })
 }
 
 // holdsPool reports whether one of l's subnets of family f, not a host route, holds an
 // address of p.
-func holdsPool(l Link, p config.Pool, f probe.Family) bool {
+func holdsPool(l Link, p config.Pool, f iprange.Family) bool {
 	for _, s := range l.Subnets {
-		if probe.FamilyOf(s.Addr()) != f || s.Bits() == s.Addr().BitLen() {
+		if iprange.FamilyOf(s.Addr()) != f || s.Bits() == s.Addr().BitLen() {
 			continue
 		}
 		subnet := iprange.FromPrefix(s.Masked())
@@ -80,9 +80,9 @@ func holdsPool(l Link, p config.Pool, f probe.Family) bool {
 	return false
 }
 
-func other(f probe.Family) probe.Family {
-	if f == probe.IPv4 {
-		return probe.IPv6
+func other(f iprange.Family) iprange.Family {
+	if f == iprange.IPv4 {
+		return iprange.IPv6
 	}
-	return probe.IPv4
+	return iprange.IPv4
 }

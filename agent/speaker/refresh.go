@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/cycle"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // refreshGranularity is the least time between two wake-ups of the refresh loop: the
@@ -254,7 +255,7 @@ func (s *Speaker) refreshLoop(ctx context.Context) {
 		s.mu.Lock()
 		var sends []send
 		for _, t := range s.refreshes.due(time.Now()) {
-			if r := s.responders[respKey{t.link, t.addr.Is6()}]; r != nil {
+			if r := s.responders[respKey{t.link, iprange.FamilyOf(t.addr)}]; r != nil {
 				sends = append(sends, send{r, t.addr})
 			}
 		}

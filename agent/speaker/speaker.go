@@ -20,6 +20,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
@@ -55,8 +56,8 @@ type Options struct {
 }
 
 type respKey struct {
-	link string
-	ipv6 bool
+	link   string
+	family iprange.Family
 }
 
 // A Speaker announces a set of addresses. Apply sets the addresses; Run follows the links.
@@ -309,7 +310,7 @@ func (s *Speaker) reconcile() {
 			continue
 		}
 		for _, n := range names {
-			k := respKey{n, a.Addr.Is6()}
+			k := respKey{n, iprange.FamilyOf(a.Addr)}
 			perResponder[k] = append(perResponder[k], a.Addr)
 		}
 	}
@@ -373,7 +374,7 @@ func (s *Speaker) listen(k respKey, l Link) (*responder, error) {
 	ifi := &net.Interface{Index: l.Index, Name: l.Name, HardwareAddr: l.MAC, MTU: l.MTU}
 	var r *l2.Responder
 	var err error
-	if k.ipv6 {
+	if k.family == iprange.IPv6 {
 		ctx, cancel := context.WithTimeout(context.Background(), listenNDPTimeout)
 		r, err = l2.ListenNDP(ctx, ifi)
 		cancel()
@@ -403,7 +404,7 @@ func (s *Speaker) closeResponder(k respKey) {
 	if err := r.Close(); err != nil {
 		klog.ErrorS(err, "Closing a responder", "interface", k.link)
 	}
-	addStats(&s.retired[family(k.ipv6)], r.Stats())
+	addStats(&s.retired[k.family], r.Stats())
 }
 
 // announce sends the announcements of addresses gained together, of each as long as r

@@ -6,23 +6,10 @@ import (
 	"k8s.io/component-base/metrics"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
-const (
-	ipv4 = 0
-	ipv6 = 1
-)
-
-func family(isIPv6 bool) int {
-	if isIPv6 {
-		return ipv6
-	}
-	return ipv4
-}
-
-var familyNames = [2]string{"IPv4", "IPv6"}
-
-// Stats is what a Speaker has done, per family.
+// Stats is what a Speaker has done, per family (indexed by iprange.Family).
 type Stats struct {
 	// Owned is the number of addresses answered for, per family.
 	Owned [2]int
@@ -45,13 +32,13 @@ func (s *Speaker) Stats() Stats {
 	owned := [2]map[netip.Addr]bool{{}, {}}
 	st.Packets = s.retired
 	for k, r := range s.responders {
-		f := family(k.ipv6)
+		f := k.family
 		addStats(&st.Packets[f], r.Stats())
 		for _, a := range r.owned {
 			owned[f][a] = true
 		}
 	}
-	st.Owned = [2]int{len(owned[ipv4]), len(owned[ipv6])}
+	st.Owned = [2]int{len(owned[iprange.IPv4]), len(owned[iprange.IPv6])}
 	return st
 }
 
@@ -111,8 +98,8 @@ func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 // CollectWithStability implements metrics.StableCollector.
 func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	st := c.s.Stats()
-	for f, name := range familyNames {
-		p := st.Packets[f]
+	for _, f := range []iprange.Family{iprange.IPv4, iprange.IPv6} {
+		p, name := st.Packets[f], f.String()
 		ch <- metrics.NewLazyConstMetric(descRead, metrics.CounterValue, float64(p.Read), name)
 		ch <- metrics.NewLazyConstMetric(descRequests, metrics.CounterValue, float64(p.Requests), name)
 		ch <- metrics.NewLazyConstMetric(descAnswered, metrics.CounterValue, float64(p.Answered), name)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
@@ -24,7 +25,7 @@ func TestAnnouncerFollowsWhatAgentsCanAnnounce(t *testing.T) {
 	}
 	tc.events()
 
-	tc.health.setUnable("node-a", probe.Unable{Pool: "default", Family: probe.IPv6, Reason: probe.NoAddress, Interface: "eth0"})
+	tc.health.setUnable("node-a", probe.Unable{Pool: "default", Family: iprange.IPv6, Reason: probe.NoAddress, Interface: "eth0"})
 	tc.syncKey(t, "address/198.51.100.1")
 	tc.syncKey(t, "address/2001:db8::1")
 	if got := tc.announcer(t, "v4"); got != "node-a" {
@@ -38,7 +39,7 @@ func TestAnnouncerFollowsWhatAgentsCanAnnounce(t *testing.T) {
 		t.Errorf("events %q, want one AnnouncerChanged saying node-a has no IPv6 address on eth0", ev)
 	}
 
-	tc.health.setUnable("node-b", probe.Unable{Pool: "default", Family: probe.IPv6, Reason: probe.NoUpInterface})
+	tc.health.setUnable("node-b", probe.Unable{Pool: "default", Family: iprange.IPv6, Reason: probe.NoUpInterface})
 	tc.settle(t, "v6")
 	tc.syncKey(t, "address/2001:db8::1")
 	if got := tc.announcer(t, "v6"); got != "" {
@@ -60,7 +61,7 @@ func TestLostFamilyKeepsTheOther(t *testing.T) {
 	tc.events()
 
 	for _, n := range []string{"node-a", "node-b"} {
-		tc.health.setUnable(n, probe.Unable{Pool: "default", Family: probe.IPv6, Reason: probe.NoAddress, Interface: "eth0"})
+		tc.health.setUnable(n, probe.Unable{Pool: "default", Family: iprange.IPv6, Reason: probe.NoAddress, Interface: "eth0"})
 	}
 	tc.syncKey(t, "address/198.51.100.1")
 	if got := tc.announcer(t, "dual"); got != "node-a" {

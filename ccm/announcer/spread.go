@@ -166,7 +166,7 @@ func sameGroup(a, b owner.Group) bool {
 			return x.Service == y.Service && maps.Equal(x.Endpoints, y.Endpoints)
 		}) &&
 		slices.EqualFunc(a.Pools, b.Pools, func(x, y owner.PoolNodes) bool {
-			return x.Pool == y.Pool && x.IPv4 == y.IPv4 && x.IPv6 == y.IPv6 &&
+			return x.Pool == y.Pool && x.Families == y.Families &&
 				(x.NodeSelector == nil) == (y.NodeSelector == nil) &&
 				(x.NodeSelector == nil || x.NodeSelector.String() == y.NodeSelector.String())
 		})

@@ -19,8 +19,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
@@ -245,11 +245,7 @@ func (c *Controller) ruleGroup(members []member) (owner.Group, error) {
 			i = len(g.Pools)
 			g.Pools = append(g.Pools, owner.PoolNodes{Pool: p.Name, NodeSelector: p.NodeSelector})
 		}
-		if a.Is6() {
-			g.Pools[i].IPv6 = true
-		} else {
-			g.Pools[i].IPv4 = true
-		}
+		g.Pools[i].Families[iprange.FamilyOf(a)] = true
 	}
 	if !cfg.Failover.Failback {
 		g.Current = c.current(addressKey(addrs[0]), members)
@@ -333,7 +329,7 @@ func (c *Controller) nodeStates() ([]owner.Node, error) {
 		c.returns.observe(n.Name, h == prober.Down, now)
 		node := owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == prober.Up, Draining: h == prober.Draining, Starting: h == prober.Starting}
 		for _, u := range c.health.Unable(n.Name) {
-			node.Unable = append(node.Unable, owner.Unable{Pool: u.Pool, IPv6: u.Family == probe.IPv6, Why: u.Explain(n.Name)})
+			node.Unable = append(node.Unable, owner.Unable{Pool: u.Pool, Family: u.Family, Why: u.Explain(n.Name)})
 		}
 		out = append(out, node)
 	}
