@@ -312,13 +312,14 @@ func TestBusyNode(t *testing.T) {
 			if n := p.liveDowns() - p.downs[node]; n > 0 {
 				t.Errorf("the ccm took the agents of other, idle nodes for down %d times", n)
 			}
-			// Generous bounds: the benchmark counts every failed request against a target
-			// of none. On this one host the client and the pods' servers share the CPU
-			// with the busy node, and runs of dial timeouts of about half a second, with
-			// the agent answering its probes and the client's neighbour entry reachable,
-			// come from that; a false failover costs seconds of errors.
-			if p.failed > p.requests/100 || p.longestRun > time.Second {
-				t.Errorf("%d of %d requests failed while %s was busy and no node died, the longest run of failures %v; want at most 1%% and runs under a second", p.failed, p.requests, node, p.longestRun)
+			// The benchmark counts every failed request against a target of none; here a
+			// few lone timeouts are allowed, as on this one host the client and the pods'
+			// servers share the CPU with the busy node. Runs of failures are not: a false
+			// failover costs seconds of them, and the connection-tracking entries of the
+			// Service's first SYNs, before the agent cleared them, cost runs of 0.3–0.6 s
+			// each time the client's ports came round to theirs.
+			if p.failed > p.requests/1000 || p.longestRun > 250*time.Millisecond {
+				t.Errorf("%d of %d requests failed while %s was busy and no node died, the longest run of failures %v; want at most 0.1%% and no run over 250 ms", p.failed, p.requests, node, p.longestRun)
 			}
 
 			// The real death, still under pressure.
