@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds containerd, containerd-shim-runc-v2 and ctr, the container runtime of the kubelets
-# that the install test runs (test/node), from the tools module in hack/containerd, into
+# that the install test runs (test/harness/node), from the tools module in hack/containerd, into
 # hack/tools/bin. Static, without the snapshotters that need cgo. The build is skipped when
 # the binaries there were built from the same go.sum with the same Go version.
 set -euo pipefail

@@ -39,7 +39,7 @@ test=(
 	"ping|iputils-ping|the network namespace harness's own test"
 	"sha256sum|coreutils|the release's SHA256SUMS"
 	"openssl|openssl|the verdict key pair of docs/install.md's Install, run by the install test"
-	"iptables-restore|iptables|kube-proxy's iptables mode (test/kubeproxy)"
+	"iptables-restore|iptables|kube-proxy's iptables mode (test/harness/kubeproxy)"
 	"ip6tables-restore|iptables|kube-proxy's iptables mode, IPv6"
 	"podman|podman|TestImages runs both programs from their images"
 	"runc|runc|podman's and the install test's container runtime"

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
 )
 
 // TestRepliesCrossMTU1280Unfragmented has the agent of the fullest reply answer a ccm

@@ -15,7 +15,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/logs"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/logs"
 )
 
 // matching returns the lines of log that contain s, each once: klog writes a line to

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
 )
 
 // Bits of an entry's status, with those of the package.

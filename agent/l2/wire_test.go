@@ -12,7 +12,7 @@ import (
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/packet"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
 )
 
 // listen runs open on an OS thread inside h's namespace, on h's segment interface.

@@ -1,5 +1,5 @@
 // Command pause is the sandbox process of the pods that the install test's kubelets run
-// (test/node): it holds a pod's namespaces and does nothing else until SIGTERM or SIGINT.
+// (test/harness/node): it holds a pod's namespaces and does nothing else until SIGTERM or SIGINT.
 // containerd's CRI starts it as the pod's first container and stops it last. It stands in
 // for registry.k8s.io/pause, which the test cannot pull, and make node-images puts it in
 // an image.

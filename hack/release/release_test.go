@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
 )
 
 func TestMain(m *testing.M) {

@@ -24,10 +24,10 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/testbed"
 )
 
 // benchNode is the node the measured agent runs for. The Services name it now and then,

@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
 )
 
 func TestMain(m *testing.M) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
 // setEndpoints replaces the Service's one EndpointSlice with ready endpoints on nodes.
@@ -51,7 +52,7 @@ func (e *env) setEndpoints(t testing.TB, ns, svc string, nodes ...string) {
 // waitAnnouncer waits until the Service's announcer annotation is want ("" for none).
 func (e *env) waitAnnouncer(t testing.TB, ns, name, want string) {
 	t.Helper()
-	eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+	poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 		svc, err := e.admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -65,7 +66,7 @@ func (e *env) waitAnnouncer(t testing.TB, ns, name, want string) {
 func (e *env) waitAnyAnnouncer(t testing.TB, ns, name string) string {
 	t.Helper()
 	var got string
-	eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+	poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 		svc, err := e.admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -200,7 +201,7 @@ func TestAnnouncer(t *testing.T) {
 		if err := e.agents[from].start(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+		poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 			n := e.metricValue(t, serving, "baremetal_ccm_standby_writes_held_total")
 			return n > held, fmt.Sprintf("baremetal_ccm_standby_writes_held_total %v, want more than %v: no plan computed with %s back keeps the announcer", n, held, from)
 		})

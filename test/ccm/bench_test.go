@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/process"
 )
 
 // benchServices is how many Services BenchmarkConverge creates.

@@ -19,7 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
 // assignTimeout bounds how long a Service may wait for its addresses.
@@ -86,7 +87,7 @@ func ingress(t testing.TB, svc *corev1.Service) []string {
 func (e *env) waitIngress(t testing.TB, ns, name string, n int) []string {
 	t.Helper()
 	var got []string
-	eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+	poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 		svc, err := e.admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -100,7 +101,7 @@ func (e *env) waitIngress(t testing.TB, ns, name string, n int) []string {
 // waitEvent waits for an event with reason on the Service whose message contains text.
 func (e *env) waitEvent(t testing.TB, ns, name, reason, text string) {
 	t.Helper()
-	eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+	poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 		return e.findEvent(ctx, ns, name, reason, text) != "", fmt.Sprintf("no %s event on %s/%s saying %q", reason, ns, name, text)
 	})
 }
@@ -157,7 +158,7 @@ func TestCCM(t *testing.T) {
 		e.waitEvent(t, ns, "by-annotation", "AddressInUse", "the Service keeps 192.0.2.10")
 		// Moving to a free one works.
 		e.patchAnnotation(t, ns, "by-annotation", annotation.IPs, "192.0.2.12")
-		eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+		poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 			got := e.ingressOf(t, ns, "by-annotation")
 			return slices.Equal(got, []string{"192.0.2.12"}), fmt.Sprintf("by-annotation has %v, want [192.0.2.12]", got)
 		})
@@ -186,7 +187,7 @@ func TestCCM(t *testing.T) {
 		if err := e.admin.CoreV1().Services(ns).Delete(context.Background(), "first", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+		poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 			_, err := e.admin.CoreV1().Services(ns).Get(ctx, "first", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), fmt.Sprintf("first still exists (finalizer not removed?): %v", err)
 		})
@@ -244,7 +245,7 @@ func TestCCM(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+		poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 			list, err := e.admin.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -290,7 +291,7 @@ func (e *env) scrape(t testing.TB, hostPort string) string {
 	var code int
 	var body string
 	// The port opens a moment after the process starts.
-	eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+	poll.Until(t, 10*time.Second, func(ctx context.Context) (bool, string) {
 		var err error
 		code, body, err = install.CCMMetrics(ctx, e.cp.AdminConfig(), hostPort)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
 // BenchmarkNodeFailover gives 1,000 Services announcers over the two nodes, stops the
@@ -37,7 +38,7 @@ func BenchmarkNodeFailover(b *testing.B) {
 			return out, nil
 		}
 		var before map[string]int
-		eventually(b, 5*time.Minute, func(ctx context.Context) (bool, string) {
+		poll.Until(b, 5*time.Minute, func(ctx context.Context) (bool, string) {
 			var err error
 			if before, err = count(ctx); err != nil {
 				return false, err.Error()

@@ -18,16 +18,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/events"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/testbed"
 )
 
 func TestMain(m *testing.M) {
@@ -295,21 +295,6 @@ func (e *env) namespace(t testing.TB) string {
 	return ns.Name
 }
 
-// eventually polls check every 50ms until it returns true, and fails the test with the
-// last message after timeout.
-func eventually(t testing.TB, timeout time.Duration, check func(ctx context.Context) (done bool, why string)) {
-	t.Helper()
-	var why string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var done bool
-		done, why = check(ctx)
-		return done, nil
-	})
-	if err != nil {
-		t.Fatalf("not within %s: %s", timeout, why)
-	}
-}
-
 // findEvent returns the message of a reason event on the Service that contains text.
 func (e *env) findEvent(ctx context.Context, ns, name, reason, text string) string {
 	msg, _ := events.Find(ctx, e.admin, ns, name, reason, text)
@@ -322,7 +307,7 @@ func (e *env) findEvent(ctx context.Context, ns, name, reason, text string) stri
 func (e *env) waitEvents(t testing.TB, ns, name, reason string, n int) int {
 	t.Helper()
 	var got int
-	eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+	poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 		var err error
 		if got, err = events.Count(ctx, e.admin, ns, name, reason); err != nil {
 			return false, err.Error()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -50,7 +51,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 func (e *env) waitAll(t *testing.T, ns string, n int) map[string]string {
 	t.Helper()
 	got := map[string]string{}
-	eventually(t, 2*time.Minute, func(ctx context.Context) (bool, string) {
+	poll.Until(t, 2*time.Minute, func(ctx context.Context) (bool, string) {
 		list, err := e.admin.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
 // apiWrites reads the API server's own apiserver_request_total and returns the write
@@ -97,7 +98,7 @@ func BenchmarkSteadyState(b *testing.B) {
 		for i := range moved {
 			e.setEndpoints(b, ns, fmt.Sprintf("svc-%04d", i), "node-a")
 		}
-		eventually(b, 3*time.Minute, func(ctx context.Context) (bool, string) {
+		poll.Until(b, 3*time.Minute, func(ctx context.Context) (bool, string) {
 			list, err := e.admin.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -117,7 +118,7 @@ func BenchmarkSteadyState(b *testing.B) {
 		// Let the creation settle: the event recorders drain their queues at their
 		// clients' QPS. Settled is five quiet seconds.
 		before := e.apiWrites(b)
-		eventually(b, 3*time.Minute, func(ctx context.Context) (bool, string) {
+		poll.Until(b, 3*time.Minute, func(ctx context.Context) (bool, string) {
 			time.Sleep(5 * time.Second)
 			now := e.apiWrites(b)
 			busy := diff(now, before)

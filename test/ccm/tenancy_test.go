@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
 // TestRequestRules checks, on one ccm, the rules about what a Service may ask for that
@@ -124,7 +125,7 @@ func TestRequestRules(t *testing.T) {
 		e.patchAnnotation(t, ns, "joiner", annotation.AllowSharedIP, "g")
 		start := time.Now()
 		var took time.Duration
-		eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+		poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 			svc, err := e.admin.CoreV1().Services(ns).Get(ctx, "joiner", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -165,7 +166,7 @@ func TestRequestRules(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			eventually(t, assignTimeout, func(ctx context.Context) (bool, string) {
+			poll.Until(t, assignTimeout, func(ctx context.Context) (bool, string) {
 				got := e.ingressOf(t, ns, "liar")
 				return slices.Equal(got, []string{own}), fmt.Sprintf("liar's status %v, want %s back", got, own)
 			})
@@ -215,7 +216,7 @@ func TestConfigReload(t *testing.T) {
 	e.waitEvent(t, ns, "waiter", "UnknownPool", "later")
 
 	e.writeConfig(t, "reload.yaml", "pools: [this is not a pool\n")
-	eventually(t, assignTimeout, func(context.Context) (bool, string) {
+	poll.Until(t, assignTimeout, func(context.Context) (bool, string) {
 		m := e.scrape(t, serving)
 		return strings.Contains(m, `baremetal_cloud_config_reloads_total{result="invalid"} 1`) &&
 			strings.Contains(m, "baremetal_cloud_config_last_reload_successful 0"), grepLines(m, "baremetal_cloud_config")
@@ -237,7 +238,7 @@ func TestConfigReload(t *testing.T) {
 func (e *env) waitIngressIn(t testing.TB, ns, name, prefix string) string {
 	t.Helper()
 	var got []string
-	eventually(t, assignTimeout, func(context.Context) (bool, string) {
+	poll.Until(t, assignTimeout, func(context.Context) (bool, string) {
 		got = e.ingressOf(t, ns, name)
 		return len(got) > 0 && prefixContains(prefix, got[0]), fmt.Sprintf("%s/%s has %v, want an address in %s", ns, name, got, prefix)
 	})

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/ci"
 	"sigs.k8s.io/yaml"
 )
 
@@ -106,7 +107,7 @@ func findPromtool(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
 	if err != nil {
-		if !inCI() {
+		if !ci.Running() {
 			t.Skipf("no promtool to test the chart's alerts with (%v): run `sudo make deps`, which takes it from Debian's prometheus package", err)
 		}
 		t.Fatalf("no promtool to test the chart's alerts with: %v", err)

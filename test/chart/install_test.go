@@ -20,13 +20,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/process"
 )
 
 // node is the one Node of the test, whose agent answers the ccm's probes on loopback.
@@ -96,7 +96,7 @@ verdictKey:
 		fmt.Sprintf("--probe-address=127.0.0.1:%d", probePort),
 		// On SIGTERM it would drain while the Service names its node.
 		"--shutdown-grace-period=1s")
-	eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+	poll.Until(t, 30*time.Second, func(ctx context.Context) (bool, string) {
 		code, body, err := install.Get(ctx, http.DefaultClient, "http://"+agentMetrics+"/readyz")
 		return code == http.StatusOK, fmt.Sprintf("the agent's /readyz: %d %s %v", code, body, err)
 	}, agent)
@@ -120,7 +120,7 @@ verdictKey:
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func(ctx context.Context) (bool, string) {
+	poll.Until(t, 60*time.Second, func(ctx context.Context) (bool, string) {
 		got, err := admin.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -139,7 +139,7 @@ verdictKey:
 	// key both read from the chart's Secret. The ccm authenticates and authorizes the
 	// scrape through the API server, with the chart's auth-delegator bindings.
 	var ccmText string
-	eventually(t, 30*time.Second, func(ctx context.Context) (bool, string) {
+	poll.Until(t, 30*time.Second, func(ctx context.Context) (bool, string) {
 		code, body, err := install.CCMMetrics(ctx, cp.AdminConfig(), fmt.Sprintf("127.0.0.1:%d", ccmPort))
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Sprintf("the ccm's /metrics: %d %v: %s", code, err, body)
@@ -150,7 +150,7 @@ verdictKey:
 	// The agent takes the ccm's first verdict only if it is signed with the private key
 	// of the chart's Secret, checked with the public key of the other.
 	var agentText string
-	eventually(t, 10*time.Second, func(ctx context.Context) (bool, string) {
+	poll.Until(t, 10*time.Second, func(ctx context.Context) (bool, string) {
 		_, body, err := install.Get(ctx, http.DefaultClient, "http://"+agentMetrics+"/metrics")
 		if err != nil {
 			return false, fmt.Sprintf("the agent's metrics: %v", err)
@@ -355,26 +355,4 @@ func freePort(t *testing.T, network string) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// eventually polls check every 50ms until it returns true, and fails the test with its
-// last message after timeout, or at once if one of the processes exited.
-func eventually(t *testing.T, timeout time.Duration, check func(ctx context.Context) (done bool, why string), processes ...*process.Process) {
-	t.Helper()
-	var why string
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		for _, p := range processes {
-			select {
-			case <-p.Exited():
-				return false, fmt.Errorf("%s exited: %v", p.Name(), p.ExitError())
-			default:
-			}
-		}
-		var done bool
-		done, why = check(ctx)
-		return done, nil
-	})
-	if err != nil {
-		t.Fatalf("not within %s: %s (%v)", timeout, why, err)
-	}
 }

@@ -7,13 +7,13 @@ package chart
 import (
 	"errors"
 	"os"
-	"strconv"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/ci"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
 )
 
 func TestMain(m *testing.M) {
@@ -28,7 +28,7 @@ const namespace = "baremetal-system"
 func chartDir(t testing.TB) string {
 	t.Helper()
 	if _, err := render.Helm(); err != nil {
-		if errors.Is(err, render.ErrHelmNotFound) && !inCI() {
+		if errors.Is(err, render.ErrHelmNotFound) && !ci.Running() {
 			t.Skipf("%v; run `make helm` to build it into hack/tools/bin, or set %s", err, controlplane.BinDirEnv)
 		}
 		t.Fatal(err)
@@ -60,11 +60,4 @@ func find(t testing.TB, objs []*unstructured.Unstructured, kind, name string) *u
 	}
 	t.Fatalf("the chart renders no %s %s", kind, name)
 	return nil
-}
-
-// inCI reports whether $CI is true, where a test must fail rather than skip for want of a
-// tool.
-func inCI() bool {
-	ci, _ := strconv.ParseBool(os.Getenv("CI"))
-	return ci
 }

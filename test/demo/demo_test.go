@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
 )
 
 // TestDemo runs the demo as `make demo` does, and then as an unprivileged user.

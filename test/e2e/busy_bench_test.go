@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/cpu"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/cpu"
 )
 
 // busyBenchWindow is how long each case of BenchmarkBusyNode keeps the announcer's node

@@ -13,9 +13,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/cpu"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/cpu"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/traffic"
 )
 
 // busyWindow is how long TestBusyNode keeps the announcer's node busy, counting what goes

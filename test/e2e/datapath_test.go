@@ -15,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/pods"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/pods"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/traffic"
 )
 
 // The data path of these tests is a cluster's: the client resolves a Service address to

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/testbed"
 )
 
 // metricValue returns a counter of a node agent's /metrics as a number, 0 when absent.

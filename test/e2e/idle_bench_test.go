@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/process"
 )
 
 // idleWindow is how long BenchmarkAgentIdle measures the agents at rest.

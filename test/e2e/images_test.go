@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/podman"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/ci"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/podman"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/testbed"
 )
 
 // imagesEnv names the directory of the image archives `make images` writes.
@@ -36,7 +36,7 @@ func loadImages(t testing.TB, env string) *testbed.Images {
 	netns.RequireRoot(t)
 	dir := os.Getenv(env)
 	if dir == "" {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		if ci.Running() {
 			t.Fatalf("%s is not set: make test sets it to the directory of the image archives it builds", env)
 		}
 		t.Skipf("%s is not set: run make images, and the test with %s=<the directory of the archives>", env, env)

@@ -26,11 +26,13 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/install"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/kubeproxy"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/node"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/ci"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/kubeproxy"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/node"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
 // Environment of the install test, which make test sets: the version the images of
@@ -64,7 +66,7 @@ func TestInstall(t *testing.T) {
 	netns.RequireRoot(t)
 	imagesDir, version, pauseArchive := os.Getenv(imagesEnv), os.Getenv(imageVersionEnv), filepath.Join(os.Getenv(nodeImagesEnv), "baremetal-pause.oci.tar")
 	if imagesDir == "" || version == "" || os.Getenv(nodeImagesEnv) == "" {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		if ci.Running() {
 			t.Fatalf("%s, %s and %s must be set: make test sets them", imagesEnv, imageVersionEnv, nodeImagesEnv)
 		}
 		t.Skipf("%s, %s and %s are not set: run make images node-images, and the test with them", imagesEnv, imageVersionEnv, nodeImagesEnv)
@@ -486,23 +488,17 @@ func hostByLabel(t *testing.T, network *netns.Network, label string) *netns.Host
 // timeout names what, and what *last holds then, when done keeps its last state there.
 func waitFor(t *testing.T, done func() (bool, error), what string, last ...*string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	poll.Until(t, 2*time.Minute, func(context.Context) (bool, string) {
 		ok, err := done()
 		if err != nil {
 			t.Fatalf("wait for %s: %v", what, err)
 		}
-		if ok {
-			return
+		why := what
+		for _, l := range last {
+			why += " (last: " + *l + ")"
 		}
-		if time.Now().After(deadline) {
-			for _, l := range last {
-				what += " (last: " + *l + ")"
-			}
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ok, why
+	})
 }
 
 // editInstallEnv, set, makes the test binary the $EDITOR of the install page's commands: it puts

@@ -19,10 +19,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/testbed"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/traffic"
 )
 
 func TestMain(m *testing.M) {

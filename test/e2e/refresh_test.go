@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
 )
 
 // heard is one announcement seen on the wire: a gratuitous ARP request, or an unsolicited

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
 )
 
 // captureRequest returns the first ccm probe request that reaches h's interface, as

@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/events"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/events"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/traffic"
 )
 
 // nft runs nft(8) commands in h's namespace, one per line; the table they add is removed

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/netns"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/process"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/testbed"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/traffic"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/process"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/testbed"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/traffic"
 )
 
 // upgradeImagesEnv names the directory of the images an upgrade moves to: the same

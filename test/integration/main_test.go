@@ -3,16 +3,14 @@
 package integration
 
 import (
-	"context"
 	"os"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
 )
 
 func TestMain(m *testing.M) {
@@ -37,23 +35,4 @@ func setup(t *testing.T) (*controlplane.ControlPlane, kubernetes.Interface, stri
 		t.Fatalf("create namespace: %v", err)
 	}
 	return cp, admin, ns.Name
-}
-
-// eventually calls check until it returns nil, and fails the test with its last error if
-// that does not happen within timeout.
-func eventually(t *testing.T, timeout time.Duration, check func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	for {
-		err := check(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("not within %s: %v", timeout, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

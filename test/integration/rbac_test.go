@@ -12,7 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
 // RBAC decisions come from informer caches inside kube-apiserver, so a new binding takes
@@ -36,7 +37,7 @@ func TestRoleBindingGrantsUser(t *testing.T) {
 	}
 
 	bind(t, admin, ns, "service-status-writer", serviceStatusWriter, rbacv1.Subject{Kind: rbacv1.UserKind, Name: "alice"})
-	eventually(t, rbacDelay, func(ctx context.Context) error {
+	poll.NoError(t, rbacDelay, func(ctx context.Context) error {
 		_, err := alice.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 		return err
 	})
@@ -82,7 +83,7 @@ func TestClusterRoleBindingGrantsGroup(t *testing.T) {
 		_ = admin.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
 	})
 
-	eventually(t, rbacDelay, func(ctx context.Context) error {
+	poll.NoError(t, rbacDelay, func(ctx context.Context) error {
 		_, err := bob.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		return err
 	})
@@ -118,7 +119,7 @@ func TestServiceAccount(t *testing.T) {
 	}
 
 	bind(t, admin, ns, "ccm", serviceStatusWriter, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name})
-	eventually(t, rbacDelay, func(ctx context.Context) error {
+	poll.NoError(t, rbacDelay, func(ctx context.Context) error {
 		_, err := ccm.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 		return err
 	})
