@@ -6,18 +6,16 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib/stamp.sh
+source "$root/hack/lib/stamp.sh"
 module="$root/hack/containerd"
 bin="$root/hack/tools/bin"
 
 version=$(awk '$1 == "github.com/containerd/containerd/v2" { print $2; exit }' "$module/go.mod")
-stamp="$(go env GOVERSION) $(sha256sum "$module/go.sum" | cut -d' ' -f1)"
+stamp=$(stamp_of "$module")
 progs=(containerd containerd-shim-runc-v2 ctr)
 
-up_to_date=true
-for b in "${progs[@]}"; do
-	[[ -x "$bin/$b" ]] || up_to_date=false
-done
-if $up_to_date && [[ -f "$bin/.containerd-stamp" && "$(cat "$bin/.containerd-stamp")" == "$stamp" ]]; then
+if up_to_date "$bin/.containerd-stamp" "$stamp" "${progs[@]/#/$bin/}"; then
 	echo "tools: ${progs[*]} $version in hack/tools/bin are up to date"
 	exit 0
 fi

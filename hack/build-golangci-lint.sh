@@ -5,13 +5,15 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib/stamp.sh
+source "$root/hack/lib/stamp.sh"
 module="$root/hack/golangci-lint"
 bin="$root/hack/tools/bin"
 
 version=$(awk '$1 == "github.com/golangci/golangci-lint/v2" { print $2; exit }' "$module/go.mod")
-stamp="$(go env GOVERSION) $(sha256sum "$module/go.sum" | cut -d' ' -f1)"
+stamp=$(stamp_of "$module")
 
-if [[ -x "$bin/golangci-lint" && -f "$bin/.golangci-lint-stamp" && "$(cat "$bin/.golangci-lint-stamp")" == "$stamp" ]]; then
+if up_to_date "$bin/.golangci-lint-stamp" "$stamp" "$bin/golangci-lint"; then
 	echo "tools: golangci-lint $version in hack/tools/bin is up to date"
 	exit 0
 fi

@@ -5,13 +5,15 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib/stamp.sh
+source "$root/hack/lib/stamp.sh"
 module="$root/hack/helm"
 bin="$root/hack/tools/bin"
 
 helm_version=$(awk '$1 == "helm.sh/helm/v4" { print $2; exit }' "$module/go.mod")
-stamp="$(go env GOVERSION) $(sha256sum "$module/go.sum" | cut -d' ' -f1)"
+stamp=$(stamp_of "$module")
 
-if [[ -x "$bin/helm" && -f "$bin/.helm-stamp" && "$(cat "$bin/.helm-stamp")" == "$stamp" ]]; then
+if up_to_date "$bin/.helm-stamp" "$stamp" "$bin/helm"; then
 	echo "tools: helm $helm_version in hack/tools/bin is up to date"
 	exit 0
 fi

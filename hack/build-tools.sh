@@ -8,6 +8,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib/stamp.sh
+source "$root/hack/lib/stamp.sh"
 tools="$root/hack/tools"
 bin="$tools/bin"
 
@@ -22,14 +24,11 @@ for b in "${want[@]}"; do
 done
 
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$tools/go.mod")
-stamp="$(go env GOVERSION) $(sha256sum "$tools/go.sum" | cut -d' ' -f1)"
+stamp=$(stamp_of "$tools")
 
 build=()
 for b in "${want[@]}"; do
-	if [[ -x "$bin/$b" && -f "$bin/.$b.stamp" && "$(cat "$bin/.$b.stamp")" == "$stamp" ]]; then
-		continue
-	fi
-	build+=("$b")
+	up_to_date "$bin/.$b.stamp" "$stamp" "$bin/$b" || build+=("$b")
 done
 if [[ ${#build[@]} -eq 0 ]]; then
 	echo "tools: ${want[*]} ($k8s_version) in hack/tools/bin are up to date"

@@ -158,11 +158,17 @@ func TestResponderOnExpected(t *testing.T) {
 	calls := 0
 	r.OnExpected(func() { calls++ })
 	ccm := newTalker(r, FromCCM, 10)
+	// sent are the requests taken, as sent.
+	var sent [][]byte
 	ask := func(known bool, d Digest) {
 		t.Helper()
 		req := ccm.next()
 		req.DutyKnown, req.Duty = known, d
-		ccm.ask(t, req)
+		b := testKey.AppendRequest(nil, req)
+		if _, ok := ccm.send(t, b); !ok {
+			t.Fatalf("no reply to %+v", req)
+		}
+		sent = append(sent, b)
 	}
 	ccm.ask(t, ccm.next()) // a challenge to echo
 	for i, step := range []struct {
@@ -181,5 +187,31 @@ func TestResponderOnExpected(t *testing.T) {
 		if calls != step.calls {
 			t.Errorf("step %d (known %v, digest %v): %d calls, want %d", i, step.known, step.d, calls, step.calls)
 		}
+	}
+
+	// Requests the ccm did not send now change nothing: the first one replayed (digest
+	// 7), one reordered behind the last (an older counter, another digest), and one
+	// sealed with another key.
+	other := mustKey("another key, of the same length: 0123456789\n")
+	reordered := ccm.next()
+	reordered.Counter, reordered.DutyKnown, reordered.Duty = reordered.Counter-2, true, 9
+	forged := ccm.next()
+	forged.DutyKnown, forged.Duty = true, 10
+	for _, in := range []struct {
+		name string
+		b    []byte
+	}{
+		{"replayed", sent[0]},
+		{"reordered", testKey.AppendRequest(nil, reordered)},
+		{"forged", other.AppendRequest(nil, forged)},
+	} {
+		r.Handle(in.b, nil)
+		if d, known := r.Expected(); calls != 4 || d != 8 || !known {
+			t.Fatalf("after a %s request: %d calls, expected digest %v (known %v); want 4 calls and 8 still", in.name, calls, d, known)
+		}
+	}
+	ask(true, 11)
+	if calls != 5 {
+		t.Errorf("after a new digest from the ccm: %d calls, want 5", calls)
 	}
 }
