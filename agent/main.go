@@ -36,6 +36,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/conntrack"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/realtime"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/standby"
@@ -149,13 +150,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	responder, err := probe.NewResponder(o.nodeName, key, ccmKey, cfg.Failover.ProbeInterval)
+	rs, err := responder.New(o.nodeName, key, ccmKey, cfg.Failover.ProbeInterval)
 	if err != nil {
 		return fmt.Errorf("--node-name: %w", err)
 	}
 	// Not ready before the Service cache synced and the links were read: the ccm keeps
 	// addresses away from it meanwhile, and its standbys announce what it would.
-	responder.SetState(probe.Starting)
+	rs.SetState(probe.Starting)
 	probeConn, err := net.ListenPacket("udp", probeAddress)
 	if err != nil {
 		return fmt.Errorf("--probe-address %q: %w", probeAddress, err)
@@ -187,13 +188,13 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	standbys := standby.New(o.nodeName, cfg.Failover, responder, peers)
+	standbys := standby.New(o.nodeName, cfg.Failover, rs, peers)
 	var watcher *servicewatch.Watcher
 	spOpts := speaker.Options{
 		Unplaced: func(a desired.Address) { watcher.Unplaced(a) },
 		// Perhaps cut off: once back, first learn what others took over meanwhile.
 		LinkLost: func(string) { standbys.Unconfirm() },
-		Unable:   responder.SetUnable,
+		Unable:   rs.SetUnable,
 	}
 	var sweeper *conntrack.Sweeper
 	if o.sweepConntrack {
@@ -207,10 +208,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	responder.SetCacheVersion(watcher.CacheVersion)
+	rs.SetCacheVersion(watcher.CacheVersion)
 	standbys.SetCacheVersion(watcher.CacheVersion)
-	watcher.SetDuties(responder)
-	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), probe.NewCollector(responder))
+	watcher.SetDuties(rs)
+	legacyregistry.CustomMustRegister(speaker.NewCollector(sp), responder.NewCollector(rs))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
 	legacyregistry.MustRegister(standby.Metrics()...)
 	legacyregistry.MustRegister(config.Metrics()...)
@@ -223,7 +224,7 @@ func run(ctx context.Context, o options) error {
 	h := &health{watch: watcher}
 	go serveHTTP(metricsListener, watcher, h)
 	go func() {
-		err := responder.Serve(probeConn)
+		err := rs.Serve(probeConn)
 		if err == nil {
 			err = errors.New("its socket was closed")
 		}
@@ -249,7 +250,7 @@ func run(ctx context.Context, o options) error {
 	go func() {
 		// Not while the caches fill: listing thousands of Services is no work to do
 		// ahead of the node's pods.
-		if becomeReady(runCtx, responder, watcher, sp) {
+		if becomeReady(runCtx, rs, watcher, sp) {
 			realtime.NewKeeper(o.realtimePriority).Run(runCtx)
 		}
 	}()
@@ -266,7 +267,7 @@ func run(ctx context.Context, o options) error {
 	case <-ctx.Done():
 	case s := <-signals:
 		klog.InfoS("Draining: still answering while Services name this node", "signal", s, "node", o.nodeName, "services", watcher.Named(), "gracePeriod", o.shutdownGrace)
-		responder.SetState(probe.Draining)
+		rs.SetState(probe.Draining)
 		sp.Drain()
 		drain(watcher, o.shutdownGrace, signals)
 	}
@@ -281,11 +282,11 @@ func run(ctx context.Context, o options) error {
 // becomeReady makes the responder's replies say ready once the Service cache has synced
 // and the speaker has read the links, unless the agent drains by then. It returns
 // whether the agent became ready.
-func becomeReady(ctx context.Context, responder *probe.Responder, watcher *servicewatch.Watcher, sp *speaker.Speaker) bool {
+func becomeReady(ctx context.Context, rs *responder.Responder, watcher *servicewatch.Watcher, sp *speaker.Speaker) bool {
 	_ = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
 		return watcher.HasSynced() && sp.Ready(), nil
 	})
-	if ctx.Err() == nil && responder.SwapState(probe.Starting, probe.Ready) {
+	if ctx.Err() == nil && rs.SwapState(probe.Starting, probe.Ready) {
 		klog.InfoS("Ready: the Service cache has synced and the links are read")
 		return true
 	}

@@ -75,7 +75,7 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 		if x.Family, ok = familyFromWire(family); !ok && d.err == nil {
 			d.err = fmt.Errorf("%w: unknown family %d of pool %q", ErrFormat, family, x.Pool)
 		}
-		if err := x.check(); err != nil && d.err == nil {
+		if err := x.Check(); err != nil && d.err == nil {
 			d.err = fmt.Errorf("%w: %v", ErrFormat, err)
 		}
 		r.Unable = append(r.Unable, x)
@@ -92,12 +92,12 @@ func (k *Key) ParseReply(b []byte) (Reply, error) {
 // ParseVerdict decodes a verdict datagram authenticated by k and signed by a key of v.
 // One authenticated but not signed is an ErrSignature.
 func (k *Key) ParseVerdict(v *Verifier, b []byte) (VerdictPart, error) {
-	return k.parseVerdict(v, b, nil)
+	return k.ParseFreshVerdict(v, b, nil)
 }
 
-// parseVerdict is ParseVerdict that refuses, with errStale and before checking the
+// ParseFreshVerdict is ParseVerdict that refuses, with ErrStale and before checking the
 // signature, a verdict whose reference fresh refuses.
-func (k *Key) parseVerdict(v *Verifier, b []byte, fresh func(VerdictRef) bool) (VerdictPart, error) {
+func (k *Key) ParseFreshVerdict(v *Verifier, b []byte, fresh func(VerdictRef) bool) (VerdictPart, error) {
 	var check func(*decoder) bool
 	if fresh != nil {
 		check = func(d *decoder) bool { return fresh(VerdictRef{Instance: d.uint64(), Seq: d.uint64()}) }
@@ -161,8 +161,8 @@ func (d *decoder) uint16() uint16 { return binary.BigEndian.Uint16(d.take(2)) }
 func (d *decoder) uint64() uint64 { return binary.BigEndian.Uint64(d.take(8)) }
 func (d *decoder) name() string {
 	n := int(d.byte())
-	if (n == 0 || n > maxNodeName) && d.err == nil {
-		d.err = fmt.Errorf("%w: node name of %d bytes in a datagram of %d, want 1 to %d", ErrFormat, n, d.size, maxNodeName)
+	if (n == 0 || n > MaxNodeName) && d.err == nil {
+		d.err = fmt.Errorf("%w: node name of %d bytes in a datagram of %d, want 1 to %d", ErrFormat, n, d.size, MaxNodeName)
 	}
 	return string(d.take(n))
 }

@@ -82,12 +82,12 @@ type DutyPart struct {
 
 // ParseDuty decodes a duty datagram authenticated by k and signed by a key of v.
 func (k *Key) ParseDuty(v *Verifier, b []byte) (DutyPart, error) {
-	return k.parseDuty(v, b, nil)
+	return k.ParseFreshDuty(v, b, nil)
 }
 
-// parseDuty is ParseDuty that refuses, with errStale and before checking the signature,
+// ParseFreshDuty is ParseDuty that refuses, with ErrStale and before checking the signature,
 // a duty whose head (its fields before the addresses) fresh refuses.
-func (k *Key) parseDuty(v *Verifier, b []byte, fresh func(Duty) bool) (DutyPart, error) {
+func (k *Key) ParseFreshDuty(v *Verifier, b []byte, fresh func(Duty) bool) (DutyPart, error) {
 	var check func(*decoder) bool
 	if fresh != nil {
 		check = func(d *decoder) bool { return fresh(dutyHead(d)) }
@@ -157,17 +157,19 @@ type Unable struct {
 	Interface string // the interface concerned, for NoAddress
 }
 
-// maxInterfaceName is the longest Linux interface name.
-const maxInterfaceName = 15
+// MaxInterfaceName is the longest Linux interface name.
+const MaxInterfaceName = 15
 
-func (u Unable) check() error {
+// Check returns an error unless u can travel in a reply: a known reason, a pool name
+// that travels as a name, and an interface name of at most MaxInterfaceName bytes.
+func (u Unable) Check() error {
 	switch {
 	case u.Reason != NoUpInterface && u.Reason != NoAddress:
 		return fmt.Errorf("unknown reason %d for pool %q", u.Reason, u.Pool)
-	case len(u.Interface) > maxInterfaceName:
-		return fmt.Errorf("interface name %q of pool %q is %d bytes, at most %d", u.Interface, u.Pool, len(u.Interface), maxInterfaceName)
+	case len(u.Interface) > MaxInterfaceName:
+		return fmt.Errorf("interface name %q of pool %q is %d bytes, at most %d", u.Interface, u.Pool, len(u.Interface), MaxInterfaceName)
 	}
-	return checkName(u.Pool)
+	return CheckName(u.Pool)
 }
 
 // Explain says, for people, why node cannot announce: "node-a has no up interface for

@@ -94,9 +94,9 @@ func compareUnable(a, b Unable) int {
 	return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Family, b.Family), cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Interface, b.Interface))
 }
 
-// replyLists are the whole lists a Responder's replies carry shares of: sorted, without
+// ReplyLists are the whole lists an agent's replies carry shares of: sorted, without
 // repeats, and summed once when set rather than with every reply.
-type replyLists struct {
+type ReplyLists struct {
 	covers    []uint64
 	coverSum  ListSum
 	unable    []Unable
@@ -105,9 +105,9 @@ type replyLists struct {
 	unableBytes int
 }
 
-// setCovers sets the covers to the tags of nodes, which must be valid names, keeping at
+// SetCovers sets the covers to the tags of nodes, which must be valid names, keeping at
 // most MaxCovers.
-func (l *replyLists) setCovers(nodes []string) {
+func (l *ReplyLists) SetCovers(nodes []string) {
 	tags := make([]uint64, 0, len(nodes))
 	for _, n := range nodes {
 		tags = append(tags, NodeTag(n))
@@ -118,9 +118,9 @@ func (l *replyLists) setCovers(nodes []string) {
 	l.coverSum = sumOf(l.covers, hashTag)
 }
 
-// setUnable sets the unable list to u, whose entries must be valid, keeping at most
+// SetUnable sets the unable list to u, whose entries must be valid, keeping at most
 // MaxUnable.
-func (l *replyLists) setUnable(u []Unable) {
+func (l *ReplyLists) SetUnable(u []Unable) {
 	u = slices.Clone(u)
 	slices.SortFunc(u, compareUnable)
 	u = slices.Compact(u)
@@ -132,14 +132,14 @@ func (l *replyLists) setUnable(u []Unable) {
 	}
 }
 
-// fill sets r's lists to the turn-th share of each that, with the rest of r, fits in
+// Fill sets r's lists to the turn-th share of each that, with the rest of r, fits in
 // MaxUnfragmented bytes. While both lists fit, every share is the whole list. Otherwise a
 // list that needs no more than half the room gets what it needs and the other one the
 // rest, or each gets half; half the room beside the longest node name still holds 55
 // tags or the longest unable entry, so every share carries something of a list that is
 // not empty. Consecutive turns go through every share of each list: the prober's
 // counters of requests to one node are consecutive.
-func (l *replyLists) fill(r *Reply, turn uint64) {
+func (l *ReplyLists) Fill(r *Reply, turn uint64) {
 	room := MaxUnfragmented - replyBaseLen(len(r.Node))
 	coverBytes, unableBytes := tagLen*len(l.covers), l.unableBytes
 	if coverBytes+unableBytes > room {
@@ -193,7 +193,7 @@ func unableShare(u []Unable, room int, turn uint64) []Unable {
 // these sums needs to carry every share of both, whatever its node name's length: how
 // long a prober waits, losses aside, for a whole list.
 func TurnsToWhole(covers, unable ListSum) int {
-	half := (MaxUnfragmented - replyBaseLen(maxNodeName)) / 2
+	half := (MaxUnfragmented - replyBaseLen(MaxNodeName)) / 2
 	perShare := half / tagLen
 	return max(1, (covers.Len+perShare-1)/perShare, unable.Len)
 }

@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -9,77 +8,33 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
-// maxedResponder returns a Responder whose replies carry the most of everything: the
-// longest node name, covers nodes with the longest names each, and MaxUnable entries
-// with the longest pool and interface names. It returns the tags of the covered nodes,
-// sorted, and the unable entries, in the order a Gather keeps.
-func maxedResponder(t *testing.T, covers int) (*Responder, []uint64, []Unable) {
-	t.Helper()
-	node := strings.Repeat("n", maxNodeName)
-	r, err := NewResponder(node, testKey, testVerifier, testInterval)
-	if err != nil {
-		t.Fatal(err)
+// TestShares checks how a Responder cuts its lists: each share fits, the shares of both
+// lists cover them whole in TurnsToWhole turns, and lists that fit go whole in every
+// reply.
+func TestShares(t *testing.T) {
+	l := ReplyLists{}
+	l.SetCovers([]string{"a", "b", "a", "c"})
+	l.SetUnable([]Unable{{Pool: "p", Family: iprange.IPv6, Reason: NoUpInterface}, {Pool: "p", Family: iprange.IPv4, Reason: NoUpInterface}, {Pool: "p", Family: iprange.IPv6, Reason: NoUpInterface}})
+	r := Reply{State: Ready, Node: "node-a"}
+	l.Fill(&r, 7)
+	if len(r.Covers) != 3 || r.CoverSum.Len != 3 || len(r.Unable) != 2 || r.UnableSum.Len != 2 || r.Unable[0].Family != iprange.IPv4 {
+		t.Errorf("lists that fit: reply %+v, want both whole, without repeats, IPv4 first", r)
 	}
-	var names []string
-	var tags []uint64
-	for i := range covers {
-		names = append(names, fmt.Sprintf("%0253d", i))
-		tags = append(tags, NodeTag(names[i]))
+	if TurnsToWhole(r.CoverSum, r.UnableSum) != 2 {
+		t.Errorf("TurnsToWhole(%+v, %+v) = %d, want 2: one per unable entry at worst", r.CoverSum, r.UnableSum, TurnsToWhole(r.CoverSum, r.UnableSum))
 	}
-	slices.Sort(tags)
-	r.SetCovers(names)
-	var unable []Unable
-	for i := range MaxUnable / 2 {
-		for _, f := range []iprange.Family{iprange.IPv4, iprange.IPv6} {
-			unable = append(unable, Unable{Pool: fmt.Sprintf("%0253d", i), Family: f, Reason: NoAddress, Interface: strings.Repeat("e", maxInterfaceName)})
-		}
-	}
-	r.SetUnable(unable)
-	slices.SortFunc(unable, compareUnable)
-	return r, tags, unable
 }
 
-// ask sends r the request of counter c from a ccm and parses the reply, checking that it
-// fits in a datagram that travels unfragmented.
-func askMaxed(t *testing.T, r *Responder, c uint64) Reply {
-	t.Helper()
-	out, ok := r.Handle(testKey.AppendRequest(nil, Request{Nonce: c, Sender: FromCCM, Instance: 1, Counter: c, To: r.tag}), nil)
-	if !ok || len(out) > MaxUnfragmented {
-		t.Fatalf("turn %d: reply of %d bytes (sent %v), want at most %d", c, len(out), ok, MaxUnfragmented)
+// TestAppendReplyRefusesWhatIsFragmented checks that no reply longer than MaxUnfragmented
+// is encoded, however its lists were filled.
+func TestAppendReplyRefusesWhatIsFragmented(t *testing.T) {
+	r := Reply{State: Ready, Node: strings.Repeat("n", MaxNodeName), Covers: make([]uint64, 111), CoverSum: ListSum{Len: 111}}
+	if _, err := testKey.AppendReply(nil, r); err == nil || !strings.Contains(err.Error(), "more than the 1232 that travel unfragmented") {
+		t.Errorf("AppendReply of %d covers beside the longest name: %v, want an error saying it is fragmented", len(r.Covers), err)
 	}
-	reply, err := testKey.ParseReply(out)
-	if err != nil {
-		t.Fatalf("turn %d: %v", c, err)
-	}
-	return reply
-}
-
-// TestReplyFitsUnfragmented has an agent cover hundreds of nodes with the longest names
-// and name the most pools it cannot announce, beside the longest node name of its own:
-// every reply fits in MaxUnfragmented bytes, and a ccm learns every cover and every pool
-// from successive replies, within TurnsToWhole of them.
-func TestReplyFitsUnfragmented(t *testing.T) {
-	for _, n := range []int{0, 1, 55, 300, 5000} {
-		r, tags, unable := maxedResponder(t, n)
-		covers, cannot := NewCoverGather(), NewUnableGather()
-		turns := 0
-		for c := uint64(1); !covers.Whole() || !cannot.Whole(); c++ {
-			reply := askMaxed(t, r, c)
-			covers.Take(reply.Covers, reply.CoverSum)
-			cannot.Take(reply.Unable, reply.UnableSum)
-			if turns++; turns > 10000 {
-				t.Fatalf("%d covers: not whole after %d replies", n, turns)
-			}
-		}
-		if got := covers.Items(); !slices.Equal(got, tags) {
-			t.Errorf("%d covers: gathered %d tags, want %d", n, len(got), len(tags))
-		}
-		if got := cannot.Items(); !slices.Equal(got, unable) {
-			t.Errorf("%d covers: gathered %d unable entries, want %d", n, len(got), len(unable))
-		}
-		if want := TurnsToWhole(ListSum{Len: n}, ListSum{Len: len(unable)}); turns > want {
-			t.Errorf("%d covers: whole after %d replies, TurnsToWhole says %d", n, turns, want)
-		}
+	r.Covers = r.Covers[:(MaxUnfragmented-replyBaseLen(MaxNodeName))/tagLen]
+	if b, err := testKey.AppendReply(nil, r); err != nil || len(b) > MaxUnfragmented {
+		t.Errorf("AppendReply of %d covers: %d bytes, %v", len(r.Covers), len(b), err)
 	}
 }
 
@@ -122,34 +77,4 @@ func TestGatherKeepsWhatASharesLeavesOut(t *testing.T) {
 	take([]uint64{9}, sum(7, 9), 2, 3, 4, 7, 8, 9)
 	take([]uint64{7, 9}, sum(7, 9), 7, 9)
 	take(nil, ListSum{}, nil...)
-}
-
-// TestShares checks how a Responder cuts its lists: each share fits, the shares of both
-// lists cover them whole in TurnsToWhole turns, and lists that fit go whole in every
-// reply.
-func TestShares(t *testing.T) {
-	l := replyLists{}
-	l.setCovers([]string{"a", "b", "a", "c"})
-	l.setUnable([]Unable{{Pool: "p", Family: iprange.IPv6, Reason: NoUpInterface}, {Pool: "p", Family: iprange.IPv4, Reason: NoUpInterface}, {Pool: "p", Family: iprange.IPv6, Reason: NoUpInterface}})
-	r := Reply{State: Ready, Node: "node-a"}
-	l.fill(&r, 7)
-	if len(r.Covers) != 3 || r.CoverSum.Len != 3 || len(r.Unable) != 2 || r.UnableSum.Len != 2 || r.Unable[0].Family != iprange.IPv4 {
-		t.Errorf("lists that fit: reply %+v, want both whole, without repeats, IPv4 first", r)
-	}
-	if TurnsToWhole(r.CoverSum, r.UnableSum) != 2 {
-		t.Errorf("TurnsToWhole(%+v, %+v) = %d, want 2: one per unable entry at worst", r.CoverSum, r.UnableSum, TurnsToWhole(r.CoverSum, r.UnableSum))
-	}
-}
-
-// TestAppendReplyRefusesWhatIsFragmented checks that no reply longer than MaxUnfragmented
-// is encoded, however its lists were filled.
-func TestAppendReplyRefusesWhatIsFragmented(t *testing.T) {
-	r := Reply{State: Ready, Node: strings.Repeat("n", maxNodeName), Covers: make([]uint64, 111), CoverSum: ListSum{Len: 111}}
-	if _, err := testKey.AppendReply(nil, r); err == nil || !strings.Contains(err.Error(), "more than the 1232 that travel unfragmented") {
-		t.Errorf("AppendReply of %d covers beside the longest name: %v, want an error saying it is fragmented", len(r.Covers), err)
-	}
-	r.Covers = r.Covers[:(MaxUnfragmented-replyBaseLen(maxNodeName))/tagLen]
-	if b, err := testKey.AppendReply(nil, r); err != nil || len(b) > MaxUnfragmented {
-		t.Errorf("AppendReply of %d covers: %d bytes, %v", len(r.Covers), len(b), err)
-	}
 }

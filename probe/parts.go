@@ -55,13 +55,13 @@ func (k *Key) appendParts(s *Signer, head []byte, n int, size func(int) int, ite
 	return out, nil
 }
 
-// errStale is returned for a verdict or duty that the caller's freshness check refused
+// ErrStale is returned for a verdict or duty that the caller's freshness check refused
 // before its signature was checked.
-var errStale = errors.New("probe datagram not newer than the one held")
+var ErrStale = errors.New("probe datagram not newer than the one held")
 
 // signedDecoder checks b's header, code and signature and returns a decoder of its body.
 // fresh, if not nil, reads the body once its code checks and before its signature is
-// checked, and refuses it with errStale: a replayed or late datagram then costs the keyed
+// checked, and refuses it with ErrStale: a replayed or late datagram then costs the keyed
 // hash alone, and the Ed25519 verification, by far the dearest step, is spent only on
 // what may be taken.
 func (k *Key) signedDecoder(v *Verifier, b []byte, typ byte, fresh func(d *decoder) bool) (*decoder, error) {
@@ -73,7 +73,7 @@ func (k *Key) signedDecoder(v *Verifier, b []byte, typ byte, fresh func(d *decod
 		return nil, err
 	}
 	if fresh != nil && !fresh(&decoder{b: body[headerLen:], size: len(b)}) {
-		return nil, errStale
+		return nil, ErrStale
 	}
 	if body, err = v.open(body); err != nil {
 		return nil, err

@@ -1,5 +1,6 @@
-// Package probe is the wire format of the channel between the ccm and the node agents,
-// and the agent's side of it.
+// Package probe is the wire format of the channel between the ccm and the node agents:
+// what each datagram holds, its authentication and signatures, and the lists a reply
+// carries in shares. The agent's side of the exchange is package agent/responder.
 //
 // The ccm sends every agent a small UDP request; the agent echoes its nonce with the name
 // of its node, its state, the verdict it holds and the nodes it stands in for. When the ccm
@@ -86,6 +87,7 @@
 package probe
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -127,7 +129,8 @@ const (
 	// is ever fragmented on a link either family runs on. A fragment lost drops the whole
 	// datagram, and reassembly is the easiest place to attack a host.
 	MaxUnfragmented = 1280 - 40 - 8
-	maxNodeName     = 253
+	// MaxNodeName is the longest node name: a DNS subdomain, as Kubernetes allows.
+	MaxNodeName = 253
 )
 
 var magic = [2]byte{'B', 'M'}
@@ -368,7 +371,7 @@ func (k *Key) AppendReply(b []byte, r Reply) ([]byte, error) {
 // or beyond MaxParts datagrams.
 func (k *Key) AppendVerdict(s *Signer, v Verdict) ([][]byte, error) {
 	for _, n := range v.Down {
-		if err := checkName(n); err != nil {
+		if err := CheckName(n); err != nil {
 			return nil, fmt.Errorf("probe verdict: %w", err)
 		}
 	}
@@ -388,15 +391,17 @@ func appendName(b []byte, name string) []byte {
 	return append(append(b, byte(len(name))), name...)
 }
 
-func checkName(name string) error {
-	if n := len(name); n == 0 || n > maxNodeName {
-		return fmt.Errorf("node name %q is %d bytes, want 1 to %d", name, n, maxNodeName)
+// CheckName returns an error unless name can travel as a node name: 1 to MaxNodeName
+// bytes.
+func CheckName(name string) error {
+	if n := len(name); n == 0 || n > MaxNodeName {
+		return fmt.Errorf("node name %q is %d bytes, want 1 to %d", name, n, MaxNodeName)
 	}
 	return nil
 }
 
 func checkReply(r Reply) error {
-	if err := checkName(r.Node); err != nil {
+	if err := CheckName(r.Node); err != nil {
 		return fmt.Errorf("probe reply: %w", err)
 	}
 	if r.State != Ready && r.State != Draining && r.State != Starting {
@@ -409,7 +414,7 @@ func checkReply(r Reply) error {
 		return fmt.Errorf("probe reply: carries %d of %d pools and families it cannot announce, at most %d in all", len(r.Unable), r.UnableSum.Len, MaxUnable)
 	}
 	for _, u := range r.Unable {
-		if err := u.check(); err != nil {
+		if err := u.Check(); err != nil {
 			return fmt.Errorf("probe reply: %w", err)
 		}
 	}
@@ -417,4 +422,15 @@ func checkReply(r Reply) error {
 		return fmt.Errorf("probe reply: %d bytes with %d covered nodes and %d entries it cannot announce, more than the %d that travel unfragmented", n, len(r.Covers), len(r.Unable), MaxUnfragmented)
 	}
 	return nil
+}
+
+// NewInstance returns a random, non-zero instance for a prober that starts.
+func NewInstance() uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		if n := binary.BigEndian.Uint64(b[:]); n != 0 {
+			return n
+		}
+	}
 }

@@ -40,9 +40,9 @@ func ParseRefusal(b []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(b[headerLen:]), nil
 }
 
-// refusedNonce returns the nonce of a datagram that has the form of a request of this
+// RequestNonce returns the nonce of a datagram that has the form of a request of this
 // version, whatever its code.
-func refusedNonce(b []byte) (uint64, bool) {
+func RequestNonce(b []byte) (uint64, bool) {
 	if len(b) != RequestLen || checkHeader(b, typeRequest) != nil {
 		return 0, false
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
 
@@ -48,9 +49,9 @@ func serveAgents(n, port int) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	responders := make([]*probe.Responder, n)
+	responders := make([]*responder.Responder, n)
 	for i := range n {
-		r, err := probe.NewResponder(fmt.Sprintf("node-%d", i), testKey, testVerifier, testInterval)
+		r, err := responder.New(fmt.Sprintf("node-%d", i), testKey, testVerifier, testInterval)
 		if err != nil {
 			return fail(err)
 		}
@@ -171,8 +172,8 @@ func arrival(oob []byte) (dst net.IP, at time.Time, ok bool) {
 
 // agentStats says what the simulated agents took and answered, in all and from each
 // port, on one line.
-func agentStats(responders []*probe.Responder, fromPort []struct{ datagrams, replies atomic.Uint64 }) string {
-	var sum probe.Stats
+func agentStats(responders []*responder.Responder, fromPort []struct{ datagrams, replies atomic.Uint64 }) string {
+	var sum responder.Stats
 	for _, r := range responders {
 		st := r.Stats()
 		sum.Requests += st.Requests

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
@@ -36,12 +37,12 @@ func (d *plans) set(version uint64, nodes ...string) {
 func TestIdleAgents(t *testing.T) {
 	port := agentPort(t)
 	var nodes []runtime.Object
-	responders := map[string]*probe.Responder{}
+	responders := map[string]*responder.Responder{}
 	stops := map[string]func(){}
 	for i, name := range []string{"node-a", "node-b", "node-c"} {
 		ip := "127.0.0." + strconv.Itoa(i+2)
 		nodes = append(nodes, testNode(name, ip))
-		responders[name], stops[name] = responder(t, name, ip+":"+strconv.Itoa(port))
+		responders[name], stops[name] = startResponder(t, name, ip+":"+strconv.Itoa(port))
 	}
 	cfg := config.Failover{ProbeInterval: testInterval, FailureThreshold: 3, AgentPort: port, IsolationShare: config.DefaultIsolationShare}
 	d := &plans{}

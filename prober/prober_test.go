@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
@@ -76,20 +77,20 @@ func TestAgentHealth(t *testing.T) {
 // called.
 func respond(t *testing.T, node, addr string) (stop func()) {
 	t.Helper()
-	_, stop = responder(t, node, addr)
+	_, stop = startResponder(t, node, addr)
 	return stop
 }
 
-// responder runs a real health responder for node on addr until the test ends or stop is
+// startResponder runs a real health responder for node on addr until the test ends or stop is
 // called, and returns it.
-func responder(t *testing.T, node, addr string) (r *probe.Responder, stop func()) {
+func startResponder(t *testing.T, node, addr string) (r *responder.Responder, stop func()) {
 	t.Helper()
 	return responderOn(t, node, addr, nil)
 }
 
 // responderOn is responder with its socket wrapped by wrap, if not nil: a network that
 // loses or delays.
-func responderOn(t *testing.T, node, addr string, wrap func(net.PacketConn) net.PacketConn) (r *probe.Responder, stop func()) {
+func responderOn(t *testing.T, node, addr string, wrap func(net.PacketConn) net.PacketConn) (r *responder.Responder, stop func()) {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", addr)
 	if err != nil {
@@ -99,7 +100,7 @@ func responderOn(t *testing.T, node, addr string, wrap func(net.PacketConn) net.
 	if wrap != nil {
 		conn = wrap(pc)
 	}
-	r, err = probe.NewResponder(node, testKey, testVerifier, testInterval)
+	r, err = responder.New(node, testKey, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,7 @@ func TestAgentWithAnotherKeyRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	agent, err := probe.NewResponder("node-a", other, testVerifier, testInterval)
+	agent, err := responder.New("node-a", other, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}

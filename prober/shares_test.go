@@ -17,8 +17,8 @@ import (
 // is let go only once a whole list without it has arrived.
 func TestCoversInShares(t *testing.T) {
 	port := agentPort(t)
-	rA, _ := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
-	rB, _ := responder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
+	rA, _ := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	rB, _ := startResponder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
 	// Nodes whose tags sort after node-a's: node-a is in the first share, which the
 	// prober's first request (counter 1) does not ask for.
 	var others []string

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/component-base/metrics/testutil"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
@@ -54,7 +55,7 @@ func freezableAgent(t *testing.T) (port int, conn *freezableConn, rec *recording
 	t.Cleanup(func() { pc.Close() })
 	rec = &recordingConn{PacketConn: pc}
 	conn = &freezableConn{PacketConn: rec, requests: make(chan struct{}, 1)}
-	r, err := probe.NewResponder("node-a", testKey, testVerifier, testInterval)
+	r, err := responder.New("node-a", testKey, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 )
@@ -84,7 +85,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 }
 
 // holds reports whether r took verdict v, and v is the prober's latest.
-func holds(p *Prober, r *probe.Responder, down ...string) bool {
+func holds(p *Prober, r *responder.Responder, down ...string) bool {
 	v := p.Verdict()
 	return v.Seq > 0 && slices.Equal(v.Down, down) && r.Verdict().VerdictRef == v.VerdictRef && slices.Equal(r.Verdict().Down, down)
 }
@@ -93,8 +94,8 @@ func holds(p *Prober, r *probe.Responder, down ...string) bool {
 // API, that an agent stopped answering: its standbys act on that verdict.
 func TestVerdictNamesAStoppedAgent(t *testing.T) {
 	port := agentPort(t)
-	rA, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
-	rB, _ := responder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
+	rA, stopA := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	rB, _ := startResponder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
 	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
 
 	eventually(t, 2*time.Second, "both agents hold a first verdict naming no one", func() bool { return holds(p, rA) && holds(p, rB) })
@@ -122,7 +123,7 @@ func TestVerdictNamesAStoppedAgent(t *testing.T) {
 // replies, so only the prober's own sending can bring it the verdicts.
 func TestVerdictIsSentAtOnce(t *testing.T) {
 	port := agentPort(t)
-	_, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	_, stopA := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
 	mute, err := net.ListenPacket("udp", "127.0.0.3:"+strconv.Itoa(port))
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestVerdictGoesOnceToEachAgent(t *testing.T) {
 	port := agentPort(t)
 	const n = 12
 	var nodes []runtime.Object
-	responders := make([]*probe.Responder, n)
+	responders := make([]*responder.Responder, n)
 	stops := make([]func(), n)
 	for i := range n {
 		name, ip := fmt.Sprintf("node-%d", i), fmt.Sprintf("127.0.0.%d", i+2)
@@ -260,7 +261,7 @@ func TestVerdictGoesOnceToEachAgent(t *testing.T) {
 // with the reply to its next probe.
 func TestLostVerdictIsSentAgain(t *testing.T) {
 	port := agentPort(t)
-	_, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	_, stopA := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
 	var lossy *lossyConn
 	b, _ := responderOn(t, "node-b", "127.0.0.3:"+strconv.Itoa(port), func(c net.PacketConn) net.PacketConn {
 		lossy = &lossyConn{PacketConn: c}
@@ -283,8 +284,8 @@ func TestLostVerdictIsSentAgain(t *testing.T) {
 // verdict, so that it takes nothing back. What an agent says it covers is only shown.
 func TestReplacedAgent(t *testing.T) {
 	port := agentPort(t)
-	rA, stopA := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
-	rB, _ := responder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
+	rA, stopA := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	rB, _ := startResponder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
 	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
 	eventually(t, 2*time.Second, "a first verdict naming no one", func() bool { return holds(p, rB) })
 	first := p.Verdict()
@@ -336,8 +337,8 @@ func TestReplacedAgent(t *testing.T) {
 // that neither an agent cut off nor one standing down alone moves anything.
 func TestAdoptedAgent(t *testing.T) {
 	port := agentPort(t)
-	rA, _ := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
-	rB, _ := responder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
+	rA, _ := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	rB, _ := startResponder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
 	p, changes := startProber(t, port, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
 	eventually(t, 2*time.Second, "a first verdict naming no one", func() bool { return holds(p, rB) })
 
@@ -369,7 +370,7 @@ func TestAdoptedAgent(t *testing.T) {
 // it send verdicts.
 func TestAgentProberIsNoCCM(t *testing.T) {
 	port := agentPort(t)
-	rA, _ := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	rA, _ := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
 	p, changes := startProber(t, port, probe.FromAgent, map[string]bool{"node-a": true},
 		testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
 	if got := p.Health("node-a"); got != Up {
@@ -425,7 +426,7 @@ func waitChange(t *testing.T, changes chan string, node string, within time.Dura
 // next slot, which after an answered probe is at least half an interval away.
 func TestExpediteProbesAtOnce(t *testing.T) {
 	port := agentPort(t)
-	r, _ := responder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	r, _ := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
 	const interval = time.Second
 	p, changes := startProberWith(t, config.Failover{ProbeInterval: interval, FailureThreshold: 3, AgentPort: port}, probe.FromCCM, nil, testNode("node-a", "127.0.0.2"))
 	waitState(t, p, changes, "node-a", Up, 5*time.Second)

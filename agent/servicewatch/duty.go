@@ -20,7 +20,7 @@ import (
 const DutyTolerance = 500 * time.Millisecond
 
 // Duties is what the watcher needs of the probe responder: what the ccm expects this
-// agent to announce, and where it says what the agent's own view is. A *probe.Responder.
+// agent to announce, and where it says what the agent's own view is. A *responder.Responder.
 type Duties interface {
 	// Expected returns the duty digest of the newest ccm request, if that ccm knew one.
 	Expected() (probe.Digest, bool)

@@ -27,7 +27,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
-// Responder is what Standby needs of the probe responder: a *probe.Responder.
+// Responder is what Standby needs of the probe responder: a *responder.Responder.
 type Responder interface {
 	Verdict() probe.Verdict
 	LastCCM() time.Time

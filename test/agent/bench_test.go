@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
@@ -179,7 +180,7 @@ func (e *env) startPeers(b *testing.B, key *probe.Key, ccm *probe.Verifier) int 
 				break
 			}
 			conns = append(conns, conn)
-			r, err := probe.NewResponder(name, key, ccm, 100*time.Millisecond)
+			r, err := responder.New(name, key, ccm, 100*time.Millisecond)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
@@ -206,7 +207,7 @@ func (a *agent) start() error {
 	if err != nil {
 		return err
 	}
-	r, err := probe.NewResponder(a.node, a.key, a.ccm, 100*time.Millisecond)
+	r, err := responder.New(a.node, a.key, a.ccm, 100*time.Millisecond)
 	if err != nil {
 		conn.Close()
 		return err

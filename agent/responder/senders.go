@@ -1,6 +1,8 @@
-package probe
+package responder
 
 import (
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+
 	"sync"
 	"time"
 
@@ -25,7 +27,7 @@ const (
 
 // senderKey names the sender of a request: its kind and its instance.
 type senderKey struct {
-	from     Sender
+	from     probe.Sender
 	instance uint64
 }
 
@@ -40,7 +42,7 @@ type senderState struct {
 type senders struct {
 	mu        sync.Mutex
 	m         map[senderKey]*senderState
-	count     [FromAgent + 1]int
+	count     [probe.FromAgent + 1]int
 	nextSweep time.Time
 }
 
@@ -82,20 +84,20 @@ func (s *senders) add(k senderKey, now time.Time) *senderState {
 		s.m = map[senderKey]*senderState{}
 	}
 	limit, r, burst := maxPeers, rate.Limit(peerRate), peerBurst
-	if k.from == FromCCM {
+	if k.from == probe.FromCCM {
 		limit, r, burst = maxCCMs, ccmRate, ccmBurst
 	}
 	if s.count[k.from] >= limit && !now.Before(s.nextSweep) {
 		s.sweep(now)
 	}
 	if s.count[k.from] >= limit {
-		if k.from != FromCCM {
+		if k.from != probe.FromCCM {
 			return nil
 		}
 		// A new ccm is always heard: the leader that is silent longest is forgotten.
 		var oldest senderKey
 		for o, st := range s.m {
-			if o.from == FromCCM && (oldest.instance == 0 || st.last.Before(s.m[oldest].last)) {
+			if o.from == probe.FromCCM && (oldest.instance == 0 || st.last.Before(s.m[oldest].last)) {
 				oldest = o
 			}
 		}

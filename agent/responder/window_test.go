@@ -1,6 +1,8 @@
-package probe
+package responder
 
-import "testing"
+import (
+	"testing"
+)
 
 func TestReplayWindow(t *testing.T) {
 	var w replayWindow

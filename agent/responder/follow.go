@@ -1,8 +1,8 @@
-package probe
+package responder
 
 import (
-	"crypto/rand"
-	"encoding/binary"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+
 	"time"
 )
 
@@ -20,17 +20,6 @@ const (
 	CCMForgetAfter = time.Second
 )
 
-// NewInstance returns a random, non-zero instance for a prober that starts.
-func NewInstance() uint64 {
-	for {
-		var b [8]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-		if n := binary.BigEndian.Uint64(b[:]); n != 0 {
-			return n
-		}
-	}
-}
-
 // challenges are a responder's current challenge and the one before it.
 type challenges struct {
 	cur, prev uint64
@@ -44,9 +33,9 @@ func (c *challenges) current(now time.Time, gap time.Duration) uint64 {
 	switch age := now.Sub(c.since); {
 	case c.cur == 0 || age >= 2*max(ChallengeEvery, gap):
 		// Both are too old to be echoed by a ccm that is heard.
-		c.prev, c.cur, c.since = NewInstance(), NewInstance(), now
+		c.prev, c.cur, c.since = probe.NewInstance(), probe.NewInstance(), now
 	case age >= ChallengeEvery:
-		c.prev, c.cur, c.since = c.cur, NewInstance(), now
+		c.prev, c.cur, c.since = c.cur, probe.NewInstance(), now
 	}
 	return c.cur
 }
@@ -73,7 +62,7 @@ type follow struct {
 // instance, whose duty digest and verdict sequence hold.
 func (f *follow) take(instance, counter uint64, now time.Time, gap time.Duration) (followed, newest bool) {
 	if instance != f.instance {
-		if f.instance != 0 && now.Sub(f.heard) < max(CCMForgetAfter, SilentAfter(gap)) {
+		if f.instance != 0 && now.Sub(f.heard) < max(CCMForgetAfter, probe.SilentAfter(gap)) {
 			return false, false
 		}
 		*f = follow{instance: instance}

@@ -1,6 +1,10 @@
-package probe
+package responder
 
-import "k8s.io/component-base/metrics"
+import (
+	"k8s.io/component-base/metrics"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+)
 
 // Collector exposes a Responder's Stats as metrics, read when scraped.
 type Collector struct {
@@ -48,7 +52,7 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	ch <- metrics.NewLazyConstMetric(descVerdicts, metrics.CounterValue, float64(st.StaleVerdicts), "stale")
 	ch <- metrics.NewLazyConstMetric(descUnsigned, metrics.CounterValue, float64(st.Unsigned))
 	draining := 0.0
-	if c.r.State() == Draining {
+	if c.r.State() == probe.Draining {
 		draining = 1
 	}
 	ch <- metrics.NewLazyConstMetric(descDraining, metrics.GaugeValue, draining)

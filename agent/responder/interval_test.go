@@ -1,6 +1,8 @@
-package probe
+package responder
 
 import (
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,11 +15,11 @@ func TestResponderHearsASlowCCM(t *testing.T) {
 	for _, interval := range []time.Duration{100 * time.Millisecond, 600 * time.Millisecond, time.Second, 10 * time.Second} {
 		t.Run(interval.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r, err := NewResponder("node-a", testKey, testVerifier, interval)
+				r, err := New("node-a", testKey, testVerifier, interval)
 				if err != nil {
 					t.Fatal(err)
 				}
-				ccm := newTalker(r, FromCCM, NewInstance())
+				ccm := newTalker(r, probe.FromCCM, probe.NewInstance())
 				ccm.ask(t, ccm.next())
 				for i := range 5 {
 					time.Sleep(interval)
@@ -37,11 +39,11 @@ func TestResponderHearsASlowCCM(t *testing.T) {
 func TestResponderIdleGap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newTestResponder(t)
-		ccm := newTalker(r, FromCCM, NewInstance())
-		idle := func() Request { req := ccm.next(); req.Idle = true; return req }
+		ccm := newTalker(r, probe.FromCCM, probe.NewInstance())
+		idle := func() probe.Request { req := ccm.next(); req.Idle = true; return req }
 		// As after the agent restarted: only idle requests, the first echoing nothing.
 		ccm.ask(t, idle())
-		gap := IdleFactor * testInterval
+		gap := probe.IdleFactor * testInterval
 		for i := range 3 {
 			time.Sleep(gap)
 			if reply := ccm.ask(t, idle()); !reply.TakesIdle {
@@ -80,7 +82,7 @@ func TestResponderIdleGap(t *testing.T) {
 func TestResponderIdleFlagOfNewestOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newTestResponder(t)
-		ccm := newTalker(r, FromCCM, NewInstance())
+		ccm := newTalker(r, probe.FromCCM, probe.NewInstance())
 		ccm.ask(t, ccm.next())
 		ccm.ask(t, ccm.next())
 		older := ccm.next()

@@ -1,6 +1,8 @@
-package probe
+package responder
 
 import (
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+
 	"crypto/ed25519"
 	"fmt"
 	"reflect"
@@ -16,32 +18,32 @@ import (
 // its own, the node's tag, and the challenge of the last reply echoed.
 type talker struct {
 	r                *Responder
-	from             Sender
+	from             probe.Sender
 	instance         uint64
 	counter, echo    uint64
 	noEcho, wrongTag bool
 }
 
-func newTalker(r *Responder, from Sender, instance uint64) *talker {
+func newTalker(r *Responder, from probe.Sender, instance uint64) *talker {
 	return &talker{r: r, from: from, instance: instance}
 }
 
 // next returns the talker's next request.
-func (c *talker) next() Request {
+func (c *talker) next() probe.Request {
 	c.counter++
-	req := Request{Nonce: c.counter, Sender: c.from, Instance: c.instance, Counter: c.counter, To: c.r.tag, Echo: c.echo}
+	req := probe.Request{Nonce: c.counter, Sender: c.from, Instance: c.instance, Counter: c.counter, To: c.r.tag, Echo: c.echo}
 	if c.wrongTag {
-		req.To = NodeTag("node-b")
+		req.To = probe.NodeTag("node-b")
 	}
 	return req
 }
 
 // send hands b to the Responder, and returns its reply, if any, recording the challenge.
-func (c *talker) send(t testing.TB, b []byte) (Reply, bool) {
+func (c *talker) send(t testing.TB, b []byte) (probe.Reply, bool) {
 	t.Helper()
 	out, ok := c.r.Handle(b, nil)
 	if !ok {
-		return Reply{}, false
+		return probe.Reply{}, false
 	}
 	reply, err := testKey.ParseReply(out)
 	if err != nil {
@@ -54,7 +56,7 @@ func (c *talker) send(t testing.TB, b []byte) (Reply, bool) {
 }
 
 // ask sends req and returns the reply, failing the test if there is none.
-func (c *talker) ask(t testing.TB, req Request) Reply {
+func (c *talker) ask(t testing.TB, req probe.Request) probe.Reply {
 	t.Helper()
 	reply, ok := c.send(t, testKey.AppendRequest(nil, req))
 	if !ok {
@@ -65,7 +67,7 @@ func (c *talker) ask(t testing.TB, req Request) Reply {
 
 func newTestResponder(t *testing.T) *Responder {
 	t.Helper()
-	r, err := NewResponder("node-a", testKey, testVerifier, testInterval)
+	r, err := New("node-a", testKey, testVerifier, testInterval)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +75,13 @@ func newTestResponder(t *testing.T) *Responder {
 }
 
 // sendVerdict hands the Responder v, signed by the ccm and sealed with key.
-func sendVerdict(t *testing.T, r *Responder, key *Key, v Verdict) {
+func sendVerdict(t *testing.T, r *Responder, key *probe.Key, v probe.Verdict) {
 	t.Helper()
 	sendSignedVerdict(t, r, key, testSigner, v)
 }
 
 // sendSignedVerdict hands the Responder v, signed by s and sealed with key.
-func sendSignedVerdict(t *testing.T, r *Responder, key *Key, s *Signer, v Verdict) {
+func sendSignedVerdict(t *testing.T, r *Responder, key *probe.Key, s *probe.Signer, v probe.Verdict) {
 	t.Helper()
 	parts, err := key.AppendVerdict(s, v)
 	if err != nil {
@@ -101,7 +103,7 @@ func TestResponderAnswersEachCounterOnce(t *testing.T) {
 
 func testResponderAnswersEachCounterOnce(t *testing.T) {
 	r := newTestResponder(t)
-	ccm := newTalker(r, FromCCM, NewInstance())
+	ccm := newTalker(r, probe.FromCCM, probe.NewInstance())
 	captured := testKey.AppendRequest(nil, ccm.next())
 	if _, ok := ccm.send(t, captured); !ok {
 		t.Fatal("the first request was not answered")
@@ -135,11 +137,11 @@ func testResponderAnswersEachCounterOnce(t *testing.T) {
 func TestResponderBudgets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newTestResponder(t)
-		flood := newTalker(r, FromAgent, NewInstance())
-		ccm := newTalker(r, FromCCM, NewInstance())
+		flood := newTalker(r, probe.FromAgent, probe.NewInstance())
+		ccm := newTalker(r, probe.FromCCM, probe.NewInstance())
 		peers := make([]*talker, 500)
 		for i := range peers {
-			peers[i] = newTalker(r, FromAgent, NewInstance())
+			peers[i] = newTalker(r, probe.FromAgent, probe.NewInstance())
 		}
 		var flooded, floodAnswered int
 		for round := range 20 { // two seconds of probes every 100 ms
@@ -167,7 +169,7 @@ func TestResponderBudgets(t *testing.T) {
 // node is not answered.
 func TestResponderAnswersOnlyItsNode(t *testing.T) {
 	r := newTestResponder(t)
-	ccm := newTalker(r, FromCCM, NewInstance())
+	ccm := newTalker(r, probe.FromCCM, probe.NewInstance())
 	ccm.wrongTag = true
 	if _, ok := ccm.send(t, testKey.AppendRequest(nil, ccm.next())); ok {
 		t.Error("a request for node-b was answered by node-a")
@@ -183,13 +185,13 @@ func TestResponderAnswersOnlyItsNode(t *testing.T) {
 func TestResponderTakesOnlyEchoingRequestsAsLife(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newTestResponder(t)
-		agent := newTalker(r, FromAgent, NewInstance())
+		agent := newTalker(r, probe.FromAgent, probe.NewInstance())
 		agent.ask(t, agent.next())
 		agent.ask(t, agent.next())
 		if !r.LastCCM().IsZero() {
 			t.Fatal("an agent's request counted as a ccm's life")
 		}
-		ccm := newTalker(r, FromCCM, NewInstance())
+		ccm := newTalker(r, probe.FromCCM, probe.NewInstance())
 		req := ccm.next()
 		req.Verdict = 3
 		ccm.ask(t, req) // no challenge to echo yet: answered, no sign of life
@@ -205,7 +207,7 @@ func TestResponderTakesOnlyEchoingRequestsAsLife(t *testing.T) {
 		if heard.IsZero() {
 			t.Fatal("a request echoing the challenge did not count as a ccm's life")
 		}
-		if got, want := r.CCMVerdict(), (VerdictRef{Instance: ccm.instance, Seq: 3}); got != want {
+		if got, want := r.CCMVerdict(), (probe.VerdictRef{Instance: ccm.instance, Seq: 3}); got != want {
 			t.Errorf("CCMVerdict = %+v, want %+v", got, want)
 		}
 		time.Sleep(3 * ChallengeEvery)
@@ -228,8 +230,8 @@ func TestResponderTakesOnlyEchoingRequestsAsLife(t *testing.T) {
 func TestResponderFollowsOneCCM(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newTestResponder(t)
-		a := newTalker(r, FromCCM, 10)
-		b := newTalker(r, FromCCM, ^uint64(0))
+		a := newTalker(r, probe.FromCCM, 10)
+		b := newTalker(r, probe.FromCCM, ^uint64(0))
 		a.ask(t, a.next())
 		a.ask(t, a.next())
 		heard := r.LastCCM()
@@ -239,11 +241,11 @@ func TestResponderFollowsOneCCM(t *testing.T) {
 		if got := r.LastCCM(); !got.Equal(heard) {
 			t.Error("another ccm's request moved LastCCM while the one followed is heard")
 		}
-		sendVerdict(t, r, testKey, Verdict{VerdictRef: VerdictRef{Instance: b.instance, Seq: 1}, Down: []string{"node-c"}})
+		sendVerdict(t, r, testKey, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: b.instance, Seq: 1}, Down: []string{"node-c"}})
 		if got := r.Verdict(); got.Instance != 0 {
 			t.Errorf("a verdict of a ccm not followed was taken: %+v", got)
 		}
-		sendVerdict(t, r, testKey, Verdict{VerdictRef: VerdictRef{Instance: a.instance, Seq: 1}})
+		sendVerdict(t, r, testKey, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: a.instance, Seq: 1}})
 		if got := r.Verdict(); got.Instance != a.instance {
 			t.Errorf("the verdict of the ccm followed was not taken: holds %+v", got.VerdictRef)
 		}
@@ -253,7 +255,7 @@ func TestResponderFollowsOneCCM(t *testing.T) {
 		if got := r.LastCCM(); !got.After(heard) {
 			t.Fatal("another ccm was not followed once the one followed fell silent")
 		}
-		sendVerdict(t, r, testKey, Verdict{VerdictRef: VerdictRef{Instance: b.instance, Seq: 1}})
+		sendVerdict(t, r, testKey, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: b.instance, Seq: 1}})
 		if got := r.Verdict(); got.Instance != b.instance {
 			t.Errorf("the new ccm's first verdict was not taken: holds %+v", got.VerdictRef)
 		}
@@ -261,8 +263,8 @@ func TestResponderFollowsOneCCM(t *testing.T) {
 		time.Sleep(CCMForgetAfter)
 		a.ask(t, a.next())
 		a.ask(t, a.next())
-		sendVerdict(t, r, testKey, Verdict{VerdictRef: VerdictRef{Instance: a.instance, Seq: 2}})
-		if got := r.Verdict(); got.VerdictRef != (VerdictRef{Instance: a.instance, Seq: 2}) {
+		sendVerdict(t, r, testKey, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: a.instance, Seq: 2}})
+		if got := r.Verdict(); got.VerdictRef != (probe.VerdictRef{Instance: a.instance, Seq: 2}) {
 			t.Errorf("after the huge instance fell silent, the verdict held is %+v", got.VerdictRef)
 		}
 	})
@@ -275,7 +277,7 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 	r := newTestResponder(t)
 	calls := 0
 	r.OnVerdict(func() { calls++ })
-	ccm := newTalker(r, FromCCM, 10)
+	ccm := newTalker(r, probe.FromCCM, 10)
 	ccm.ask(t, ccm.next())
 	ccm.ask(t, ccm.next())
 	// A verdict of a large cluster's worth of nodes, in many datagrams.
@@ -283,7 +285,7 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprintf("node-%04d", i)
 	}
-	held := Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 2}, Down: many}
+	held := probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 10, Seq: 2}, Down: many}
 	sendVerdict(t, r, testKey, held)
 	if calls != 1 {
 		t.Fatal("a newer verdict did not call OnVerdict")
@@ -296,21 +298,21 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 	}
 	other := mustKey("another key, of the same length: 0123456789\n")
 	// Root on a node: the probe key, and a private key that is not the ccm's.
-	rogue := NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
+	rogue := probe.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
 	heldParts, _ := testKey.AppendVerdict(testSigner, held)
 	for i, v := range []struct {
-		key    *Key
-		signer *Signer
-		v      Verdict
+		key    *probe.Key
+		signer *probe.Signer
+		v      probe.Verdict
 	}{
 		{testKey, testSigner, held}, // replayed
-		{testKey, testSigner, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 1}}},                      // late
-		{testKey, testSigner, Verdict{VerdictRef: VerdictRef{Instance: 9, Seq: 100}}},                     // a ccm not followed
-		{other, testSigner, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 9}, Down: nil}},             // forged
-		{testKey, rogue, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 9}, Down: []string{"node-a"}}}, // not the ccm's
+		{testKey, testSigner, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 10, Seq: 1}}},                      // late
+		{testKey, testSigner, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 9, Seq: 100}}},                     // a ccm not followed
+		{other, testSigner, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 10, Seq: 9}, Down: nil}},             // forged
+		{testKey, rogue, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 10, Seq: 9}, Down: []string{"node-a"}}}, // not the ccm's
 		// Late and not the ccm's: stale before its signature is checked, so that a flood of
 		// replayed verdicts costs the keyed hash, not an Ed25519 verification, each.
-		{testKey, rogue, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 1}, Down: []string{"node-a"}}},
+		{testKey, rogue, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 10, Seq: 1}, Down: []string{"node-a"}}},
 	} {
 		sendSignedVerdict(t, r, v.key, v.signer, v.v)
 		if got := r.Verdict(); got.VerdictRef != held.VerdictRef || len(got.Down) != len(many) {
@@ -320,7 +322,7 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 	if st := r.Stats(); st.Verdicts != 1 || st.StaleVerdicts != uint64(len(heldParts))+3 || st.Unauthenticated != 1 || st.Unsigned != 1 || calls != 1 {
 		t.Errorf("Stats = %+v, %d calls of OnVerdict; want 1 verdict taken, %d stale datagrams, 1 unauthenticated, 1 unsigned, 1 call", st, calls, len(heldParts)+3)
 	}
-	next := Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 3}, Down: []string{"node-b"}}
+	next := probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 10, Seq: 3}, Down: []string{"node-b"}}
 	sendVerdict(t, r, testKey, next)
 	if got := r.Verdict(); !reflect.DeepEqual(got, next) || calls != 2 {
 		t.Errorf("after %+v, Verdict() = %+v", next, got)
@@ -330,14 +332,14 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 // BenchmarkResponderReplayedVerdict is the cost of a verdict an agent holds already, heard
 // again: a replay, or the ccm's own resend. Its signature is never checked.
 func BenchmarkResponderReplayedVerdict(b *testing.B) {
-	r, err := NewResponder("node-a", testKey, testVerifier, testInterval)
+	r, err := New("node-a", testKey, testVerifier, testInterval)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ccm := newTalker(r, FromCCM, 10)
+	ccm := newTalker(r, probe.FromCCM, 10)
 	ccm.ask(b, ccm.next())
 	ccm.ask(b, ccm.next())
-	parts, err := testKey.AppendVerdict(testSigner, Verdict{VerdictRef: VerdictRef{Instance: 10, Seq: 2}, Down: []string{"node-b"}})
+	parts, err := testKey.AppendVerdict(testSigner, probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 10, Seq: 2}, Down: []string{"node-b"}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -357,17 +359,17 @@ func BenchmarkResponderReplayedVerdict(b *testing.B) {
 // once each, in shares that fit), and whether it stands down.
 func TestResponderCovers(t *testing.T) {
 	r := newTestResponder(t)
-	ccm := newTalker(r, FromCCM, 1)
+	ccm := newTalker(r, probe.FromCCM, 1)
 	covers := []string{"", strings.Repeat("a", 254), "node-0"}
 	var want []uint64
 	for i := range 1000 {
 		covers = append(covers, "node-"+strconv.Itoa(i))
-		want = append(want, NodeTag("node-"+strconv.Itoa(i)))
+		want = append(want, probe.NodeTag("node-"+strconv.Itoa(i)))
 	}
 	slices.Sort(want)
 	r.SetCovers(covers)
 	covers[3] = "changed-after-set" // the responder keeps its own copy
-	g := NewCoverGather()
+	g := probe.NewCoverGather()
 	for !g.Whole() {
 		reply := ccm.ask(t, ccm.next())
 		if reply.CoverSum.Len != len(want) || len(reply.Covers) == 0 || len(reply.Covers) == len(want) {
@@ -379,7 +381,7 @@ func TestResponderCovers(t *testing.T) {
 		t.Errorf("replies cover %d nodes, want node-0 to node-999", len(g.Items()))
 	}
 	r.SetCovers(nil)
-	if got := ccm.ask(t, ccm.next()); len(got.Covers) != 0 || got.CoverSum != (ListSum{}) {
+	if got := ccm.ask(t, ccm.next()); len(got.Covers) != 0 || got.CoverSum != (probe.ListSum{}) {
 		t.Errorf("reply covers %v of %+v after SetCovers(nil)", got.Covers, got.CoverSum)
 	}
 	if ccm.ask(t, ccm.next()).StandsDown {
@@ -410,13 +412,13 @@ func TestResponderRefusesAnotherKey(t *testing.T) {
 	other := mustKey("another key, of the same length: 0123456789\n")
 	refused := 0
 	for nonce := range uint64(100) {
-		in := other.AppendRequest(nil, Request{Nonce: nonce + 1, Sender: FromCCM, Instance: 1, Counter: nonce + 1, To: r.tag})
+		in := other.AppendRequest(nil, probe.Request{Nonce: nonce + 1, Sender: probe.FromCCM, Instance: 1, Counter: nonce + 1, To: r.tag})
 		out, ok := r.Handle(in, nil)
 		if !ok {
 			continue
 		}
 		refused++
-		if got, err := ParseRefusal(out); err != nil || got != nonce+1 {
+		if got, err := probe.ParseRefusal(out); err != nil || got != nonce+1 {
 			t.Errorf("answer to a request with another key: % x (%d, %v), want a refusal of nonce %d", out, got, err, nonce+1)
 		}
 	}

@@ -1,6 +1,12 @@
-package probe
+// Package responder is the agent's side of the probe channel (package probe): it answers
+// the ccm's and the peers' requests for this node, each sender within its own budget and
+// replay window, follows one ccm instance at a time, and takes the verdicts and duty
+// lists that ccm signed.
+package responder
 
 import (
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+
 	"errors"
 	"fmt"
 	"net"
@@ -22,9 +28,9 @@ type Responder struct {
 	node string
 	// tag is the node's NodeTag: requests and duties for another node are not taken.
 	tag uint64
-	key *Key
+	key *probe.Key
 	// ccm checks that verdicts and duties are the ccm's.
-	ccm     *Verifier
+	ccm     *probe.Verifier
 	senders senders
 	state   atomic.Uint32
 	// lastCCM is when the ccm followed was last heard, in Unix nanoseconds.
@@ -43,32 +49,32 @@ type Responder struct {
 	interval time.Duration
 	idle     bool
 	// newestVerdict is the verdict the newest request of the ccm followed said it is at.
-	newestVerdict VerdictRef
-	verdict       Verdict
+	newestVerdict probe.VerdictRef
+	verdict       probe.Verdict
 	verdictParts  assembly[string]
 	standsDown    bool
 	onVerdict     func()
 	// expected is the duty digest the newest ccm request carried, if it knew one.
-	expected      Digest
+	expected      probe.Digest
 	expectedKnown bool
 	onExpected    func()
 	// duty is the newest duty list taken, and parts the parts of one still arriving.
-	duty      *Duty
+	duty      *probe.Duty
 	dutyParts assembly[netip.Addr]
 	onDuty    func()
 	// digest and confirmedOnly are what the following replies say of the agent's own
 	// view, and lists the nodes it stands in for and what it cannot announce.
-	digest        Digest
+	digest        probe.Digest
 	confirmedOnly bool
-	lists         replyLists
+	lists         probe.ReplyLists
 	// cacheVersion returns the resourceVersion the agent's Service cache has reached.
 	cacheVersion func() uint64
 
 	// refusals limits the refusals of requests made with another key to one a second.
 	refusals *rate.Limiter
-	authLog  AuthLog
+	authLog  probe.AuthLog
 	// signLog logs verdicts and duties made with the probe key but not the ccm's private key.
-	signLog AuthLog
+	signLog probe.AuthLog
 
 	requests, replies, malformed, unauthenticated, unsigned, misdirected, replayed, limited, verdicts, staleVerdicts atomic.Uint64
 }
@@ -103,30 +109,30 @@ type Stats struct {
 	StaleVerdicts uint64
 }
 
-// NewResponder returns a Responder for node, in state Ready, that answers the requests
+// New returns a Responder for node, in state Ready, that answers the requests
 // authenticated with key, and takes the verdicts and duty lists that are also signed by a
 // key of ccm. interval is the ccm's probe interval (failover.probeInterval): how soon its
 // next request is due, unless a request says the agent is probed at the idle rate.
-func NewResponder(node string, key *Key, ccm *Verifier, interval time.Duration) (*Responder, error) {
-	if err := checkReply(Reply{State: Ready, Node: node}); err != nil {
-		return nil, err
+func New(node string, key *probe.Key, ccm *probe.Verifier, interval time.Duration) (*Responder, error) {
+	if err := probe.CheckName(node); err != nil {
+		return nil, fmt.Errorf("probe responder: %w", err)
 	}
-	r := &Responder{node: node, tag: NodeTag(node), key: key, ccm: ccm, interval: interval, refusals: rate.NewLimiter(1, 1)}
-	r.state.Store(uint32(Ready))
+	r := &Responder{node: node, tag: probe.NodeTag(node), key: key, ccm: ccm, interval: interval, refusals: rate.NewLimiter(1, 1)}
+	r.state.Store(uint32(probe.Ready))
 	return r, nil
 }
 
 // SetState sets the state the following replies report.
-func (r *Responder) SetState(s State) { r.state.Store(uint32(s)) }
+func (r *Responder) SetState(s probe.State) { r.state.Store(uint32(s)) }
 
 // SwapState sets the state the following replies report to s if it is from, and reports
 // whether it was: a starting agent becomes ready unless it began draining meanwhile.
-func (r *Responder) SwapState(from, s State) bool {
+func (r *Responder) SwapState(from, s probe.State) bool {
 	return r.state.CompareAndSwap(uint32(from), uint32(s))
 }
 
 // State returns the state replies report.
-func (r *Responder) State() State { return State(r.state.Load()) }
+func (r *Responder) State() probe.State { return probe.State(r.state.Load()) }
 
 // Stats returns what the Responder has handled so far.
 func (r *Responder) Stats() Stats {
@@ -145,7 +151,7 @@ func (r *Responder) OnVerdict(f func()) {
 }
 
 // Verdict returns the newest verdict taken; the zero Verdict before the first.
-func (r *Responder) Verdict() Verdict {
+func (r *Responder) Verdict() probe.Verdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.verdict
@@ -186,13 +192,13 @@ func (r *Responder) LastCCM() time.Time {
 func (r *Responder) SilentAfter() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return SilentAfter(Gap(r.interval, r.idle))
+	return probe.SilentAfter(probe.Gap(r.interval, r.idle))
 }
 
 // CCMVerdict returns the verdict the newest request of the ccm followed said it is at:
 // when it is the one held, the agent knows it is up to date. Seq is 0 while that ccm has
 // none yet.
-func (r *Responder) CCMVerdict() VerdictRef {
+func (r *Responder) CCMVerdict() probe.VerdictRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.newestVerdict
@@ -217,10 +223,10 @@ func (r *Responder) SetStandsDown(down bool) {
 // valid node names count, as the names come from annotations, and at most MaxCovers of
 // them; replies carry them in shares when they do not fit in one.
 func (r *Responder) SetCovers(nodes []string) {
-	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return checkName(n) != nil })
+	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return probe.CheckName(n) != nil })
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lists.setCovers(nodes)
+	r.lists.SetCovers(nodes)
 }
 
 // Serve answers the requests and takes the verdicts arriving on conn until conn is
@@ -228,7 +234,7 @@ func (r *Responder) SetCovers(nodes []string) {
 // dropped: the sender learns nothing from them, not even that an agent listens.
 func (r *Responder) Serve(conn net.PacketConn) error {
 	r.conn.Store(&conn)
-	in := make([]byte, MaxDatagram)
+	in := make([]byte, probe.MaxDatagram)
 	var out []byte
 	for {
 		n, from, err := conn.ReadFrom(in)
@@ -244,7 +250,7 @@ func (r *Responder) Serve(conn net.PacketConn) error {
 		}
 		// A failed write (the prober gone, a full buffer) is the prober's miss to count;
 		// the responder goes on.
-		if _, err := conn.WriteTo(out, from); err == nil && !IsRefusal(out) {
+		if _, err := conn.WriteTo(out, from); err == nil && !probe.IsRefusal(out) {
 			r.replies.Add(1)
 		}
 	}
@@ -255,17 +261,17 @@ func (r *Responder) Serve(conn net.PacketConn) error {
 // Serve calls it for every datagram; a server of its own, such as one that answers for
 // many nodes on one socket, may call it instead.
 func (r *Responder) Handle(in, out []byte) ([]byte, bool) {
-	if IsVerdict(in) {
+	if probe.IsVerdict(in) {
 		r.takeVerdict(in)
 		return out, false
 	}
-	if IsDuty(in) {
+	if probe.IsDuty(in) {
 		r.takeDuty(in)
 		return out, false
 	}
 	req, err := r.key.ParseRequest(in)
 	if r.rejected(err) {
-		if nonce, ok := refusedNonce(in); ok && errors.Is(err, ErrAuth) {
+		if nonce, ok := probe.RequestNonce(in); ok && errors.Is(err, probe.ErrAuth) {
 			return r.refuse(out, nonce)
 		}
 		return out, false
@@ -285,7 +291,7 @@ func (r *Responder) Handle(in, out []byte) ([]byte, bool) {
 		r.limited.Add(1)
 		return out, false
 	}
-	if req.Sender == FromCCM {
+	if req.Sender == probe.FromCCM {
 		r.heard(req, now)
 	}
 	return r.reply(out, req, now)
@@ -299,13 +305,13 @@ func (r *Responder) refuse(out []byte, nonce uint64) ([]byte, bool) {
 	if !r.refusals.Allow() {
 		return out, false
 	}
-	return AppendRefusal(out, nonce), true
+	return probe.AppendRefusal(out, nonce), true
 }
 
 // heard takes a fresh ccm request as a sign of its life if it echoes a recent challenge
 // and is of the instance followed (or may be followed now), and the newest of them as
 // what that ccm's verdict and the agent's duty are.
-func (r *Responder) heard(req Request, now time.Time) {
+func (r *Responder) heard(req probe.Request, now time.Time) {
 	if f := r.heardLocked(req, now); f != nil {
 		f()
 	}
@@ -313,16 +319,16 @@ func (r *Responder) heard(req Request, now time.Time) {
 
 // heardLocked is heard, under the lock; it returns the function registered by
 // OnExpected when the expected digest changed, to call once the lock is let go.
-func (r *Responder) heardLocked(req Request, now time.Time) (onExpected func()) {
+func (r *Responder) heardLocked(req probe.Request, now time.Time) (onExpected func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// The challenge echoed was sent with the reply to the request before this one, which
 	// promised the same gap as this one: an agent that just started takes it from there.
-	if !r.challenges.echoed(req.Echo, now, Gap(r.interval, req.Idle)) {
+	if !r.challenges.echoed(req.Echo, now, probe.Gap(r.interval, req.Idle)) {
 		return nil
 	}
 	was := r.follow.instance
-	followed, newest := r.follow.take(req.Instance, req.Counter, now, Gap(r.interval, r.idle))
+	followed, newest := r.follow.take(req.Instance, req.Counter, now, probe.Gap(r.interval, r.idle))
 	if !followed {
 		return nil
 	}
@@ -330,7 +336,7 @@ func (r *Responder) heardLocked(req Request, now time.Time) (onExpected func()) 
 		klog.InfoS("Following a ccm", "instance", req.Instance, "before", was)
 	}
 	if newest {
-		r.newestVerdict = VerdictRef{Instance: req.Instance, Seq: req.Verdict}
+		r.newestVerdict = probe.VerdictRef{Instance: req.Instance, Seq: req.Verdict}
 		if req.Duty != r.expected || req.DutyKnown != r.expectedKnown {
 			onExpected = r.onExpected
 		}
@@ -342,13 +348,13 @@ func (r *Responder) heardLocked(req Request, now time.Time) (onExpected func()) 
 }
 
 // reply appends the reply to req to b, and reports whether there is one to send.
-func (r *Responder) reply(b []byte, req Request, now time.Time) ([]byte, bool) {
+func (r *Responder) reply(b []byte, req probe.Request, now time.Time) ([]byte, bool) {
 	r.mu.Lock()
-	reply := Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now, Gap(r.interval, req.Idle)), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef,
+	reply := probe.Reply{Nonce: req.Nonce, Challenge: r.challenges.current(now, probe.Gap(r.interval, req.Idle)), State: r.State(), Node: r.node, StandsDown: r.standsDown, Verdict: r.verdict.VerdictRef,
 		ConfirmedOnly: r.confirmedOnly, Digest: r.digest, TakesIdle: true}
 	// The request's counter turns the shares: each prober's counters for this node are
 	// consecutive, so each prober gets every share in turn however many probe the node.
-	r.lists.fill(&reply, req.Counter)
+	r.lists.Fill(&reply, req.Counter)
 	cacheVersion := r.cacheVersion
 	r.mu.Unlock()
 	if cacheVersion != nil {
@@ -366,9 +372,9 @@ func (r *Responder) reply(b []byte, req Request, now time.Time) ([]byte, bool) {
 // rejected counts a datagram that did not parse, and reports whether err says it did not.
 func (r *Responder) rejected(err error) bool {
 	switch {
-	case errors.Is(err, ErrAuth):
+	case errors.Is(err, probe.ErrAuth):
 		r.unauthenticated.Add(1)
-	case errors.Is(err, ErrSignature):
+	case errors.Is(err, probe.ErrSignature):
 		r.unsigned.Add(1)
 		r.signLog.Log("Verdicts or duty lists made with the probe key but not signed by the ccm: forged by someone who holds the probe key, or signed with a key this agent does not hold (--verdict-public-key-file)", "node", r.node)
 	case err != nil:
@@ -382,8 +388,8 @@ func (r *Responder) rejected(err error) bool {
 // takeVerdict takes a signed verdict of the ccm followed that replaces the one held, once
 // all its parts are in.
 func (r *Responder) takeVerdict(b []byte) {
-	p, err := r.key.parseVerdict(r.ccm, b, r.newVerdict)
-	if errors.Is(err, errStale) {
+	p, err := r.key.ParseFreshVerdict(r.ccm, b, r.newVerdict)
+	if errors.Is(err, probe.ErrStale) {
 		r.staleVerdicts.Add(1)
 		return
 	}
@@ -402,7 +408,7 @@ func (r *Responder) takeVerdict(b []byte) {
 		r.mu.Unlock()
 		return
 	}
-	r.verdict = Verdict{VerdictRef: p.VerdictRef, Down: down}
+	r.verdict = probe.Verdict{VerdictRef: p.VerdictRef, Down: down}
 	f := r.onVerdict
 	r.mu.Unlock()
 	r.verdicts.Add(1)
@@ -413,20 +419,20 @@ func (r *Responder) takeVerdict(b []byte) {
 
 // newVerdict reports whether a verdict ref is one to take: of the ccm followed, and
 // newer than the one held.
-func (r *Responder) newVerdict(ref VerdictRef) bool {
+func (r *Responder) newVerdict(ref probe.VerdictRef) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.newVerdictLocked(ref)
 }
 
-func (r *Responder) newVerdictLocked(ref VerdictRef) bool {
+func (r *Responder) newVerdictLocked(ref probe.VerdictRef) bool {
 	return ref.Instance == r.follow.instance && ref.Replaces(r.verdict.VerdictRef)
 }
 
 // SetView sets what the following replies say of the agent's own view: the digest of the
 // addresses it gives the agent, and whether the agent announces only what the ccm's duty
 // confirms.
-func (r *Responder) SetView(digest Digest, confirmedOnly bool) {
+func (r *Responder) SetView(digest probe.Digest, confirmedOnly bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.digest, r.confirmedOnly = digest, confirmedOnly
@@ -435,23 +441,23 @@ func (r *Responder) SetView(digest Digest, confirmedOnly bool) {
 // SetUnable sets the pools and families the following replies say the agent cannot
 // announce now. Only the first MaxUnable valid ones, in order of pool and family, count;
 // replies carry them in shares when they do not fit in one.
-func (r *Responder) SetUnable(u []Unable) {
-	u = slices.DeleteFunc(slices.Clone(u), func(x Unable) bool { return x.check() != nil })
+func (r *Responder) SetUnable(u []probe.Unable) {
+	u = slices.DeleteFunc(slices.Clone(u), func(x probe.Unable) bool { return x.Check() != nil })
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lists.setUnable(u)
+	r.lists.SetUnable(u)
 }
 
 // Expected returns the duty digest the newest ccm request carried, and whether that ccm
 // knew one.
-func (r *Responder) Expected() (Digest, bool) {
+func (r *Responder) Expected() (probe.Digest, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.expected, r.expectedKnown
 }
 
 // Duty returns the newest duty list taken, or nil before the first.
-func (r *Responder) Duty() *Duty {
+func (r *Responder) Duty() *probe.Duty {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.duty
@@ -459,13 +465,13 @@ func (r *Responder) Duty() *Duty {
 
 // newDuty reports whether a duty, by its head, is one to take: for this node, of the ccm
 // followed, with the digest that ccm's newest request expects, and newer than the one held.
-func (r *Responder) newDuty(d Duty) bool {
+func (r *Responder) newDuty(d probe.Duty) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.newDutyLocked(d)
 }
 
-func (r *Responder) newDutyLocked(d Duty) bool {
+func (r *Responder) newDutyLocked(d probe.Duty) bool {
 	return d.To == r.tag && d.Instance == r.follow.instance && r.expectedKnown && d.Digest == r.expected &&
 		(r.duty == nil || r.duty.Instance != d.Instance || d.Seq > r.duty.Seq)
 }
@@ -490,8 +496,8 @@ func (r *Responder) OnDuty(f func()) {
 // of a list are gathered until it is whole. So a duty sent to another node, an older one
 // arriving late, or one of another ccm, counts for nothing.
 func (r *Responder) takeDuty(b []byte) {
-	p, err := r.key.parseDuty(r.ccm, b, r.newDuty)
-	if errors.Is(err, errStale) || r.rejected(err) {
+	p, err := r.key.ParseFreshDuty(r.ccm, b, r.newDuty)
+	if errors.Is(err, probe.ErrStale) || r.rejected(err) {
 		return
 	}
 	r.mu.Lock()
@@ -500,7 +506,7 @@ func (r *Responder) takeDuty(b []byte) {
 		return
 	}
 	addrs, whole := r.dutyParts.add(p.Instance, p.Seq, p.Part, p.Parts, p.Addrs)
-	if !whole || DigestOf(addrs) != p.Digest {
+	if !whole || probe.DigestOf(addrs) != p.Digest {
 		r.mu.Unlock()
 		return
 	}

@@ -1,4 +1,4 @@
-package probe
+package responder
 
 // windowSize is how far behind the highest counter seen a request may arrive and still be
 // taken: datagrams on one segment are seldom reordered by more than a few, and a request

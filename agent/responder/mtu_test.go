@@ -1,6 +1,8 @@
-package probe
+package responder
 
 import (
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
+
 	"context"
 	"net"
 	"net/netip"
@@ -49,13 +51,13 @@ func TestRepliesCrossMTU1280Unfragmented(t *testing.T) {
 			agentConn := listenUDP(t, agent, family.agent, true)
 			ccmConn := listenUDP(t, ccm, family.ccm, false)
 			before := family.reassembl(t, ccm)
-			covers, cannot := NewCoverGather(), NewUnableGather()
-			in := make([]byte, MaxDatagram)
+			covers, cannot := probe.NewCoverGather(), probe.NewUnableGather()
+			in := make([]byte, probe.MaxDatagram)
 			for c := uint64(1); !covers.Whole() || !cannot.Whole(); c++ {
 				if c > 100 {
 					t.Fatalf("lists not whole after %d replies", c-1)
 				}
-				req := testKey.AppendRequest(nil, Request{Nonce: c, Sender: FromCCM, Instance: 1, Counter: c, To: r.tag})
+				req := testKey.AppendRequest(nil, probe.Request{Nonce: c, Sender: probe.FromCCM, Instance: 1, Counter: c, To: r.tag})
 				if _, err := ccmConn.WriteTo(req, agentConn.LocalAddr()); err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package probe
+package responder
 
 // assembly collects the parts of one signed message, a verdict or a duty list, until it is
 // whole. It holds one message at a time: a part of a newer one drops an unfinished older
