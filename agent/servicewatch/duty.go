@@ -61,15 +61,6 @@ type dutyCheck struct {
 	vacated       map[netip.Addr]bool // announced before the tolerance ran out, last sync
 }
 
-// SetDuties makes the watcher compare its view with the ccm's duty that d receives, and
-// announce only what the duty confirms when it cannot trust its own view. While no ccm is
-// heard (d.SilentAfter), there is no duty to compare with. Call it before Run.
-func (w *Watcher) SetDuties(d Duties) {
-	w.duties = d
-	d.OnDuty(func() { w.queue.Add(everything) })
-	d.OnExpected(w.pokeDuty)
-}
-
 // pokeDuty makes watchDuty look at once.
 func (w *Watcher) pokeDuty() {
 	select {

@@ -118,9 +118,12 @@ func (w *Watcher) Drain() {
 }
 
 // New returns a Watcher of the Services in factory for node, whose Node object nodes
-// follows: its labels decide which pools' addresses it may announce. Start the
+// follows: its labels decide which pools' addresses it may announce. duties, if not nil,
+// is the ccm's duty the probe responder receives: the watcher compares its own view with
+// it, and announces only what the duty confirms when it cannot trust its own view; while
+// no ccm is heard (duties.SilentAfter) there is no duty to compare with. Start the
 // factories, then Run.
-func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, verdicts Verdicts, recorder record.EventRecorder) (*Watcher, error) {
+func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, verdicts Verdicts, duties Duties, recorder record.EventRecorder) (*Watcher, error) {
 	health := &watchHealth{now: time.Now}
 	// Registered first, so that the factory's Services informer is this one.
 	factory.InformerFor(&v1.Service{}, health.newInformer)
@@ -140,6 +143,11 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 		dutyWake: make(chan struct{}, 1),
 	}
 	health.changed = w.pokeDuty
+	if duties != nil {
+		w.duties = duties
+		duties.OnDuty(func() { w.queue.Add(everything) })
+		duties.OnExpected(w.pokeDuty)
+	}
 	w.cfg.Store(cfg)
 	if err := w.informer.AddIndexers(cache.Indexers{
 		byAnnouncer: func(obj any) ([]string, error) {
