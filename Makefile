@@ -143,11 +143,11 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: bench-owner bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-idle bench-failover bench-busy ## Every benchmark; figures are in docs/performance.md
+bench: bench-pick bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-idle bench-failover bench-busy ## Every benchmark; figures are in docs/performance.md
 
-.PHONY: bench-owner
-bench-owner: ## The announcer rule: spread over equal nodes (max/mean, min/mean), moves when a node leaves or joins against the fewest possible, and deciding 5,000 groups over 1,000 nodes after a node leaves
-	$(GO) test -run='^$$' -bench=. -benchmem ./owner
+.PHONY: bench-pick
+bench-pick: ## The announcer rule: spread over equal nodes (max/mean, min/mean), moves when a node leaves or joins against the fewest possible, and deciding 5,000 groups over 1,000 nodes after a node leaves
+	$(GO) test -run='^$$' -bench=. -benchmem ./pick
 
 .PHONY: bench-annotation
 bench-annotation: ## Annotation parser: a Service at the list limit, and with 5,000 and 50,000 names, which are refused
@@ -160,7 +160,7 @@ bench-ipam: ## Allocator: time, allocations and retained heap per address at 100
 
 .PHONY: bench-prober
 bench-prober: ## Root for a network namespace of its own, ~1 min: the ccm's prober of 5,000 simulated agents at 10 probes/s each (CPU, false downs with a core kept busy, detection of a stopped agent, an isolation)
-	$(GO) test -run='^$$' -bench='^BenchmarkProber$$' -benchtime=1x -timeout=10m ./prober
+	$(GO) test -run='^$$' -bench='^BenchmarkProber$$' -benchtime=1x -timeout=10m ./ccm/prober
 
 .PHONY: bench-ccm
 bench-ccm: tools build ## Real control plane: 5,000 Services to converge (time, ccm peak RSS); API writes in steady state and per announcer change; a node announcing 500 Services dies

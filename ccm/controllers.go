@@ -16,11 +16,10 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/lbstatus"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/provider"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/statuspage"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 // announcerWorkers is how many address groups are decided at once. Decisions are cheap;
@@ -55,7 +54,7 @@ func startAnnouncer(page *statuspage.Page, keys func() channelKeys) app.InitFunc
 				return nil, false, err
 			}
 			factory := completed.SharedInformers
-			p := prober.New(c.Config().Failover, keys().probe, keys().signer, factory.Core().V1().Nodes(), probe.FromCCM)
+			p := prober.New(c.Config().Failover, keys().probe, keys().signer, factory.Core().V1().Nodes())
 			a := announcer.New(c.Config(), factory, client, c.Recorder(), p)
 			c.OnConfigChange(a.SetConfig)
 			duties := duty.New(c.Config(), factory.Core().V1().Services(), factory.Core().V1().Nodes(), p)

@@ -92,7 +92,7 @@ type Failover struct {
 	// not take its addresses back, since moving them breaks connections a second time.
 	Failback bool
 	// Rebalance moves addresses away from a node that announces more than its bound
-	// (owner.Bound of its fair share), to equal candidates under theirs, as nodes join or
+	// (pick.Bound of its fair share), to equal candidates under theirs, as nodes join or
 	// Services go. On unless set; off, an address moves only when its announcer fails or
 	// a better candidate appears.
 	Rebalance bool

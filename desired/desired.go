@@ -45,9 +45,10 @@ type Address struct {
 // Down tells whether a node is down: its agent does not answer, or the ccm says so.
 type Down func(node string) bool
 
-// Assignee returns the node that announces a Service's addresses: the first of its plan
-// that is not down, or "" for none.
-func Assignee(r *annotation.Request, down Down) (node string, covers []string) {
+// Announcer returns the node that announces a Service's addresses now: the first of its
+// plan that is not down (the annotated announcer, or the standby that stands in for it),
+// with the nodes ahead of it, or "" for none.
+func Announcer(r *annotation.Request, down Down) (node string, covers []string) {
 	plan := r.Plan()
 	for i, n := range plan {
 		if !down(n) {
@@ -159,13 +160,13 @@ func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Reques
 		if len(coveredBy) > 0 && slices.ContainsFunc(r.Plan(), func(n string) bool { return slices.Contains(coveredBy, n) }) {
 			d = withdrawn
 		}
-		return Assignee(r, d)
+		return Announcer(r, d)
 	}
 	planner := planners(requests)
 	for _, r := range requests {
-		assignee, covers := assign(r)
+		announcer, covers := assign(r)
 		if !r.Ours() {
-			if assignee == node && node != "" {
+			if announcer == node && node != "" {
 				reason := NotLoadBalancer
 				if r.Ownership == annotation.OtherClass {
 					reason = OtherClass
@@ -177,17 +178,17 @@ func ComputeOf(node string, nodeLabels labels.Set, requests []*annotation.Reques
 		if node == "" {
 			continue
 		}
-		if assignee == node {
+		if announcer == node {
 			for _, bad := range r.BadIngress {
 				refused = append(refused, Refusal{Service: r.Service, Address: bad, Reason: NotAnAddress})
 			}
 		}
 		for _, addr := range r.Ingress {
-			assignee, covers := assignee, covers
+			announcer, covers := announcer, covers
 			if p := planner[addr]; p != nil && p != r {
-				assignee, covers = assign(p)
+				announcer, covers = assign(p)
 			}
-			if assignee != node {
+			if announcer != node {
 				continue
 			}
 			pool, reason := admit(addr, cfg, nodeLabels)
@@ -255,7 +256,7 @@ func admit(addr netip.Addr, cfg *config.Config, nodeLabels labels.Set) (*config.
 func Assignments(requests []*annotation.Request, cfg *config.Config, labelsOf func(node string) labels.Set, down Down) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for addr, r := range planners(requests) {
-		if node, _ := Assignee(r, down); node != "" {
+		if node, _ := Announcer(r, down); node != "" {
 			if _, reason := admit(addr, cfg, labelsOf(node)); reason == "" {
 				out[node] = append(out[node], addr)
 			}

@@ -27,7 +27,7 @@ func planned(name string, plan []string, ips ...string) *v1.Service {
 	return svc
 }
 
-func TestAssignee(t *testing.T) {
+func TestAnnouncer(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		announcer string
@@ -54,9 +54,9 @@ func TestAssignee(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		got, covers := Assignee(r, downSet(tc.down...))
+		got, covers := Announcer(r, downSet(tc.down...))
 		if got != tc.want || !slices.Equal(covers, tc.covers) {
-			t.Errorf("%s: Assignee = %q covering %v, want %q covering %v", tc.name, got, covers, tc.want, tc.covers)
+			t.Errorf("%s: Announcer = %q covering %v, want %q covering %v", tc.name, got, covers, tc.want, tc.covers)
 		}
 	}
 }

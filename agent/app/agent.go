@@ -23,15 +23,15 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/conntrack"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/peers"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/realtime"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/responder"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/standby"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/verdict"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 // Config is what an agent is made from: its flags, as the command parsed them. The
@@ -70,7 +70,7 @@ type Agent struct {
 	services    informers.SharedInformerFactory
 	nodes       informers.SharedInformerFactory
 	responder   *responder.Responder
-	standby     *standby.Standby
+	verdict     *verdict.Keeper
 	speaker     *speaker.Speaker
 	watcher     *servicewatch.Watcher
 	sweeper     *conntrack.Sweeper // nil when not sweeping
@@ -184,19 +184,19 @@ func (a *Agent) build(ctx context.Context, key *probe.Key, ccmKey *probe.Verifie
 	// is kept. This node's labels decide which pools' addresses it may announce.
 	a.nodes = informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTransform(peerNode(a.cfg.NodeName)))
 	nodes := a.nodes.Core().V1().Nodes()
-	peers := prober.New(a.cloud.Failover, key, nil, nodes, probe.FromAgent)
+	checks := peers.New(a.cloud.Failover, key, nodes)
 	// A Node whose address changes is probed at the new one: the agent must follow it.
 	if a.listenAt.IsValid() {
 		if a.moved, err = addressMoved(nodes.Informer(), a.cfg.NodeName, a.listenAt); err != nil {
 			return err
 		}
 	}
-	a.standby = standby.New(a.cfg.NodeName, a.cloud.Failover, a.responder, peers)
+	a.verdict = verdict.New(a.cfg.NodeName, a.cloud.Failover, a.responder, checks)
 	opts := speaker.Options{
 		// The watcher, built next from the speaker, records the events.
 		Unplaced: a.unplaced,
 		// Perhaps cut off: once back, first learn what others took over meanwhile.
-		LinkLost: func(string) { a.standby.Unconfirm() },
+		LinkLost: func(string) { a.verdict.Unconfirm() },
 		Unable:   a.responder.SetUnable,
 	}
 	if a.cfg.SweepConntrack {
@@ -206,17 +206,17 @@ func (a *Agent) build(ctx context.Context, key *probe.Key, ccmKey *probe.Verifie
 	a.speaker = speaker.New(opts)
 	a.speaker.SetPools(a.cloud.Pools)
 	a.speaker.SetRefresh(a.cloud.Announcements.RefreshInterval)
-	a.watcher, err = servicewatch.New(a.cfg.NodeName, a.cloud, a.services, nodes, a.speaker, a.standby, a.responder, recorder)
+	a.watcher, err = servicewatch.New(a.cfg.NodeName, a.cloud, a.services, nodes, a.speaker, a.verdict, a.responder, recorder)
 	if err != nil {
 		return err
 	}
 	a.responder.SetCacheVersion(a.watcher.CacheVersion)
-	a.standby.SetCacheVersion(a.watcher.CacheVersion)
+	a.verdict.SetCacheVersion(a.watcher.CacheVersion)
 	a.health = &health{watch: a.watcher}
 
 	legacyregistry.CustomMustRegister(speaker.NewCollector(a.speaker), responder.NewCollector(a.responder))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
-	legacyregistry.MustRegister(standby.Metrics()...)
+	legacyregistry.MustRegister(verdict.Metrics()...)
 	legacyregistry.MustRegister(config.Metrics()...)
 	legacyregistry.MustRegister(realtime.Metrics()...)
 	legacyregistry.MustRegister(conntrack.Metrics()...)
@@ -265,7 +265,7 @@ func (a *Agent) Run(ctx context.Context, signals <-chan os.Signal) error {
 	a.services.Start(runCtx.Done())
 	a.nodes.Start(runCtx.Done())
 	go a.watcher.Run(runCtx)
-	go a.standby.Run(runCtx)
+	go a.verdict.Run(runCtx)
 	if a.sweeper != nil {
 		go a.sweeper.Run(runCtx)
 	}

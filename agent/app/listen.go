@@ -13,14 +13,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
 )
 
 // metricsPort is the port of --metrics-address when the flag is not set.
 const metricsPort = 7475
 
 // listenAddresses returns where the agent listens: the flags when set, else the address
-// the ccm and the peers reach the agent at, prober.AgentAddr of its Node (its first
+// the ccm and the peers reach the agent at, liveness.AgentAddr of its Node (its first
 // InternalIP), at the agents' port of the cloud-config for the probes and at metricsPort
 // for /metrics and the kubelet's probes. That address is where both probe the agent, so
 // a socket on every interface would only answer where nobody of ours sends: on a node's
@@ -35,7 +35,7 @@ func listenAddresses(probeFlag, metricsFlag string, node *v1.Node, agentPort int
 	if node == nil {
 		return "", "", netip.Addr{}, fmt.Errorf("no Node to take the listening address from")
 	}
-	at, ok := prober.AgentAddr(node)
+	at, ok := liveness.AgentAddr(node)
 	if !ok {
 		return "", "", netip.Addr{}, fmt.Errorf("node %q has no InternalIP in status.addresses (it has %v): the ccm and the peers probe the agent at the first one, and the agent listens only there; give the Node one, or set --probe-address and --metrics-address", node.Name, node.Status.Addresses)
 	}
@@ -104,7 +104,7 @@ func addressMoved(nodes cache.SharedIndexInformer, name string, at netip.Addr) (
 		if !ok || n.Name != name {
 			return
 		}
-		now, ok := prober.AgentAddr(n)
+		now, ok := liveness.AgentAddr(n)
 		if ok && now == at {
 			return
 		}

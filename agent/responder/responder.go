@@ -5,6 +5,7 @@
 package responder
 
 import (
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
 
 	"errors"
@@ -17,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 )
@@ -166,16 +166,7 @@ func (r *Responder) Unread() bool {
 		return false
 	}
 	sc, ok := (*c).(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	n := 0
-	_ = raw.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
-	return n > 0
+	return ok && liveness.Unread(sc) > 0
 }
 
 // LastCCM returns when the ccm followed was last heard: its last request that echoed a

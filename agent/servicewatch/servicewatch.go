@@ -49,9 +49,10 @@ type Applier interface {
 	Apply([]desired.Address)
 }
 
-// Verdicts is what the watcher needs to know of the nodes taken for down, and tells back:
-// a *standby.Standby.
-type Verdicts interface {
+// Verdict is what the watcher needs to know of the agent's verdict, the nodes taken for
+// down, and tells back:
+// a *verdict.Keeper.
+type Verdict interface {
 	// Snapshot returns the nodes taken for down.
 	Snapshot() map[string]bool
 	// CoveredBy returns the peers that said they stand in for this node while no ccm
@@ -82,7 +83,7 @@ type Watcher struct {
 	node     string
 	cfg      atomic.Pointer[config.Config]
 	speaker  Applier
-	verdicts Verdicts
+	verdict  Verdict
 	recorder record.EventRecorder
 
 	informer   cache.SharedIndexInformer
@@ -123,7 +124,7 @@ func (w *Watcher) Drain() {
 // it, and announces only what the duty confirms when it cannot trust its own view; while
 // no ccm is heard (duties.SilentAfter) there is no duty to compare with. Start the
 // factories, then Run.
-func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, verdicts Verdicts, duties Duties, recorder record.EventRecorder) (*Watcher, error) {
+func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, verdict Verdict, duties Duties, recorder record.EventRecorder) (*Watcher, error) {
 	health := &watchHealth{now: time.Now}
 	// Registered first, so that the factory's Services informer is this one.
 	factory.InformerFor(&v1.Service{}, health.newInformer)
@@ -132,7 +133,7 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 		health:     health,
 		node:       node,
 		speaker:    speaker,
-		verdicts:   verdicts,
+		verdict:    verdict,
 		recorder:   recorder,
 		informer:   services.Informer(),
 		lister:     services.Lister(),
@@ -166,7 +167,7 @@ func New(node string, cfg *config.Config, factory informers.SharedInformerFactor
 		return nil, err
 	}
 	mine := func(obj any) bool { r := requestOf(obj); return r != nil && slices.Contains(r.Plan(), node) }
-	verdicts.OnChange(func() { w.queue.Add(everything) })
+	verdict.OnChange(func() { w.queue.Add(everything) })
 	_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if mine(obj) {
@@ -306,7 +307,7 @@ func (w *Watcher) sync() error {
 	if n, err := w.nodes.Get(w.node); err == nil {
 		nodeLabels = n.Labels
 	}
-	down, coveredBy := w.verdicts.Snapshot(), w.verdicts.CoveredBy()
+	down, coveredBy := w.verdict.Snapshot(), w.verdict.CoveredBy()
 	cfg := w.cfg.Load()
 	isDown := func(n string) bool { return down[n] }
 	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, cfg, isDown, coveredBy)
@@ -331,8 +332,8 @@ func (w *Watcher) sync() error {
 		klog.InfoS("Standing in for other nodes", "node", w.node, "covers", covers, "before", w.covers)
 		w.covers = covers
 	}
-	w.verdicts.SetCovers(covers)
-	w.verdicts.SetPeers(desired.PeersOf(w.node, requests))
+	w.verdict.SetCovers(covers)
+	w.verdict.SetPeers(desired.PeersOf(w.node, requests))
 
 	if !slices.Equal(refused, w.refused) {
 		counts := map[desired.Reason]int{}

@@ -1,5 +1,5 @@
 // Package announcer is the ccm's announcer controller: it chooses the node that announces
-// each Service address, with the rule of package owner, and publishes the choice as the
+// each Service address, with the rule of package pick, and publishes the choice as the
 // announcer annotation of the Services holding the address. It is the annotation's only
 // writer, and writes only when the choice changes.
 //
@@ -33,8 +33,8 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 // Name is the controller's name, in main's controller list, its queue and its logs.
@@ -59,7 +59,7 @@ const byService = "lb.baremetal.io/service"
 // Health is what the announcer needs to know of the node agents: a *prober.Prober.
 type Health interface {
 	// Health returns the state of a node's agent.
-	Health(node string) prober.State
+	Health(node string) liveness.State
 	// OnChange registers a function called with the node whose agent changed state.
 	OnChange(func(node string))
 	// HasSynced reports whether every agent there was at the start has a verdict.

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
 )
 
 // TestEnqueueNodeQueuesItsGroupsFirst checks that when an agent changes state, the groups
@@ -66,7 +66,7 @@ func TestEnqueueNodeQueuesItsGroupsFirst(t *testing.T) {
 
 	// The prober's callback, as Run registers it.
 	tc.health.OnChange(tc.enqueueNode)
-	tc.health.set("node-a", prober.Down)
+	tc.health.set("node-a", liveness.Down)
 
 	var got []string
 	for tc.queue.Len() > 0 {

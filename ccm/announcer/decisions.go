@@ -6,22 +6,23 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 )
 
 // decision is a group's last decision and the sentence that explains it.
 type decision struct {
 	node   string
-	reason owner.Reason
-	// why is owner.Explain's sentence: why the group moved to node, as in the event, or
+	reason pick.Reason
+	// why is pick.Explain's sentence: why the group moved to node, as in the event, or
 	// why node has it when this ccm found it there.
 	why string
 	// since is when this ccm first made this decision (node and reason).
 	since time.Time
 	// services are the group's members, "namespace/name".
 	services []string
-	// unannounced is owner.Unannounced: what node leaves without an announcer, or "".
+	// unannounced is pick.Unannounced: what node leaves without an announcer, or "".
 	unannounced string
 }
 
@@ -34,7 +35,7 @@ type ownership struct {
 // remember records the group's decision with the sentence that explains it, and reports
 // whether a NoAnnouncer or PartlyAnnounced warning is due: on the first decision of the
 // group, and whenever the reason or what the announcer leaves unannounced changes.
-func (c *Controller) remember(key string, members []member, g owner.Group, nodes []owner.Node, d owner.Decision, unannounced string) bool {
+func (c *Controller) remember(key string, members []member, g pick.Group, nodes []pick.Node, d pick.Decision, unannounced string) bool {
 	services := make([]string, len(members))
 	for i, m := range members {
 		services[i] = m.req.Service
@@ -67,7 +68,7 @@ func (c *Controller) remember(key string, members []member, g owner.Group, nodes
 	if prev == d.Node {
 		prev = "" // nothing moved: explain the choice itself
 	}
-	now.why = owner.Explain(prev, g, nodes, d)
+	now.why = pick.Explain(prev, g, nodes, d)
 	c.mu.Lock()
 	c.decided[key] = now
 	c.mu.Unlock()
@@ -75,7 +76,7 @@ func (c *Controller) remember(key string, members []member, g owner.Group, nodes
 }
 
 // logChange keeps an announcer change, or a NoAnnouncer warning, for the status page.
-func (c *Controller) logChange(service, event, from string, d owner.Decision, why string) {
+func (c *Controller) logChange(service, event, from string, d pick.Decision, why string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.changes.add(Change{
@@ -97,7 +98,7 @@ func (c *Controller) hold(key string, members []member, to string) {
 		if a == "" || a == to || slices.Contains(nodes, a) {
 			continue
 		}
-		if h := c.health.Health(a); h == prober.Down || h == prober.Starting || h == prober.Replaced {
+		if h := c.health.Health(a); h == liveness.Down || h == liveness.Starting || h == liveness.Replaced {
 			nodes = append(nodes, a)
 		}
 	}
@@ -133,7 +134,7 @@ func (c *Controller) hold(key string, members []member, to string) {
 	if changed {
 		// Released nodes whose agents caught up are Up again: forget them.
 		for n, v := range c.replaced {
-			if v != prober.Held && c.health.Health(n) == prober.Up {
+			if v != prober.Held && c.health.Health(n) == liveness.Up {
 				delete(c.replaced, n)
 			}
 		}

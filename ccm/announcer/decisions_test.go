@@ -9,8 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 )
 
 // TestNoAnnouncerWarnsOnce checks that a group nobody may announce gets one NoAnnouncer
@@ -18,26 +18,26 @@ import (
 // would bury the one that says something new.
 func TestNoAnnouncerWarnsOnce(t *testing.T) {
 	tc := newTestController(t, local(lbService("web", "198.51.100.1")), node("node-a", nil), node("node-b", nil))
-	tc.health.set("node-a", prober.Down)
-	tc.health.set("node-b", prober.Down)
+	tc.health.set("node-a", liveness.Down)
+	tc.health.set("node-b", liveness.Down)
 	key := "address/198.51.100.1"
 
 	for _, step := range []struct {
 		name   string
 		before func()
 		// warn is the reason expected in a new warning, "" for none.
-		warn owner.Reason
+		warn pick.Reason
 	}{
-		{name: "first decision", warn: owner.ReasonNoEligibleNode},
+		{name: "first decision", warn: pick.ReasonNoEligibleNode},
 		{name: "same reason"},
-		{name: "same reason, another sentence", before: func() { tc.health.set("node-b", prober.Draining) }},
+		{name: "same reason, another sentence", before: func() { tc.health.set("node-b", liveness.Draining) }},
 		// Agents answer again, but the Local Service has no endpoint anywhere.
 		{name: "reason changes", before: func() {
-			tc.health.set("node-a", prober.Up)
-			tc.health.set("node-b", prober.Up)
-		}, warn: owner.ReasonNoLocalEndpoints},
+			tc.health.set("node-a", liveness.Up)
+			tc.health.set("node-b", liveness.Up)
+		}, warn: pick.ReasonNoLocalEndpoints},
 		{name: "new reason again"},
-		{name: "back to the first reason", before: func() { tc.health.set("node-a", prober.Down); tc.health.set("node-b", prober.Down) }, warn: owner.ReasonNoEligibleNode},
+		{name: "back to the first reason", before: func() { tc.health.set("node-a", liveness.Down); tc.health.set("node-b", liveness.Down) }, warn: pick.ReasonNoEligibleNode},
 	} {
 		if step.before != nil {
 			step.before()
@@ -93,11 +93,11 @@ func TestGaugesFollowDecisions(t *testing.T) {
 
 			step("decided", map[string]float64{"node-a": 1})
 			step("synced again", map[string]float64{"node-a": 1})
-			tc.health.set("node-a", prober.Down)
+			tc.health.set("node-a", liveness.Down)
 			step("moved", map[string]float64{"node-b": 1})
-			tc.health.set("node-b", prober.Down)
+			tc.health.set("node-b", liveness.Down)
 			step("no announcer", map[string]float64{"": 1})
-			tc.health.set("node-a", prober.Up)
+			tc.health.set("node-a", liveness.Up)
 			step("announced again", map[string]float64{"node-a": 1})
 
 			end.do(t, tc)
@@ -135,10 +135,10 @@ func TestSnapshot(t *testing.T) {
 
 	s := tc.Snapshot()
 	want := map[string]struct{ node, reason string }{
-		"ns/web":  {"node-a", string(owner.ReasonPreferred)},
-		"ns/dual": {"node-b", string(owner.ReasonPreferred)},
-		"ns/db":   {"node-b", string(owner.ReasonPreferred)},
-		"ns/lost": {"", string(owner.ReasonNoLocalEndpoints)},
+		"ns/web":  {"node-a", string(pick.ReasonPreferred)},
+		"ns/dual": {"node-b", string(pick.ReasonPreferred)},
+		"ns/db":   {"node-b", string(pick.ReasonPreferred)},
+		"ns/lost": {"", string(pick.ReasonNoLocalEndpoints)},
 	}
 	if len(s.Decisions) != len(want) {
 		t.Errorf("decisions for %v, want %d Services", s.Decisions, len(want))

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 )
 
 // A node whose agent flaps (down, up, down again: a link that comes and goes, an agent
@@ -76,7 +76,7 @@ func (r *returns) holding(nodes []string, now time.Time) map[string]time.Duratio
 // (holding: it came back from down lately) and every node it drops is still healthy
 // (pushed out by one that came back, not lost). Zero means write now. nodes are sorted by
 // name.
-func holdStandbys(old, new []string, holding map[string]time.Duration, nodes []owner.Node) time.Duration {
+func holdStandbys(old, new []string, holding map[string]time.Duration, nodes []pick.Node) time.Duration {
 	var hold time.Duration
 	for _, n := range new {
 		if slices.Contains(old, n) {
@@ -92,7 +92,7 @@ func holdStandbys(old, new []string, holding map[string]time.Duration, nodes []o
 		if slices.Contains(new, n) {
 			continue
 		}
-		i, ok := slices.BinarySearchFunc(nodes, n, func(x owner.Node, name string) int { return strings.Compare(x.Name, name) })
+		i, ok := slices.BinarySearchFunc(nodes, n, func(x pick.Node, name string) int { return strings.Compare(x.Name, name) })
 		if !ok || !nodes[i].Healthy {
 			return 0
 		}

@@ -6,8 +6,8 @@ import (
 
 	"k8s.io/component-base/metrics/testutil"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 )
 
 // TestFlappingStandbyIsWrittenTwice flaps a standby's agent down and up five times, on
@@ -26,10 +26,10 @@ func TestFlappingStandbyIsWrittenTwice(t *testing.T) {
 
 	var back time.Time
 	for range 5 {
-		tc.health.set(r[2], prober.Down)
+		tc.health.set(r[2], liveness.Down)
 		tc.syncKey(t, key)
 		tc.settle(t, "web")
-		tc.health.set(r[2], prober.Up)
+		tc.health.set(r[2], liveness.Up)
 		back = time.Now()
 		tc.syncKey(t, key)
 		tc.settle(t, "web")
@@ -61,7 +61,7 @@ func TestFlappingStandbyIsWrittenTwice(t *testing.T) {
 
 // TestHoldStandbys checks when a change of the standbys alone waits.
 func TestHoldStandbys(t *testing.T) {
-	nodes := []owner.Node{{Name: "a", Healthy: true}, {Name: "b", Healthy: true}, {Name: "c", Healthy: true}, {Name: "d"}}
+	nodes := []pick.Node{{Name: "a", Healthy: true}, {Name: "b", Healthy: true}, {Name: "c", Healthy: true}, {Name: "d"}}
 	for _, tc := range []struct {
 		name     string
 		old, new []string

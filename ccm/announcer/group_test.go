@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 )
 
 // TestServiceLeavingSharedAddress checks a group that splits: of two Services sharing
@@ -80,8 +80,8 @@ func TestServiceLeavingSharedAddress(t *testing.T) {
 func TestServiceJoiningSharedAddress(t *testing.T) {
 	// hashed is the node the hash picks for 198.51.100.1 between two equal nodes; kept is
 	// the other, which the group has, as after an earlier failover.
-	nodes := []owner.Node{{Name: "node-a", Healthy: true}, {Name: "node-b", Healthy: true}}
-	hashed := owner.Select(owner.Group{FirstIP: "198.51.100.1"}, nodes).Node
+	nodes := []pick.Node{{Name: "node-a", Healthy: true}, {Name: "node-b", Healthy: true}}
+	hashed := pick.Select(pick.Group{FirstIP: "198.51.100.1"}, nodes).Node
 	kept := "node-a"
 	if hashed == kept {
 		kept = "node-b"
@@ -153,8 +153,8 @@ func TestLocalServiceNeedsItsOwnEndpoint(t *testing.T) {
 			t.Errorf("event %q: want a %s warning naming ns/local", e, ReasonNoAnnouncer)
 		}
 	}
-	if got := tc.Snapshot().Decisions["ns/cluster"].Reason; got != string(owner.ReasonNoLocalEndpoints) {
-		t.Errorf("reason = %q, want %s", got, owner.ReasonNoLocalEndpoints)
+	if got := tc.Snapshot().Decisions["ns/cluster"].Reason; got != string(pick.ReasonNoLocalEndpoints) {
+		t.Errorf("reason = %q, want %s", got, pick.ReasonNoLocalEndpoints)
 	}
 }
 
@@ -181,12 +181,12 @@ func TestDualStackNeedsEveryPoolsNodeSelector(t *testing.T) {
 		name   string
 		nodes  []*v1.Node
 		want   string
-		reason owner.Reason
+		reason pick.Reason
 	}{
 		// The endpoints are on the one-pool nodes, which would win if a pool were
 		// overlooked.
-		{name: "one node in both pools", nodes: []*v1.Node{v4only, v6only, both}, want: "both", reason: owner.ReasonNoEndpoints},
-		{name: "no node in both pools", nodes: []*v1.Node{v4only, v6only}, want: "", reason: owner.ReasonNoEligibleNode},
+		{name: "one node in both pools", nodes: []*v1.Node{v4only, v6only, both}, want: "both", reason: pick.ReasonNoEndpoints},
+		{name: "no node in both pools", nodes: []*v1.Node{v4only, v6only}, want: "", reason: pick.ReasonNoEligibleNode},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := lbService("dual", "198.51.100.1", "2001:db8::1")

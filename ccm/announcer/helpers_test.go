@@ -22,8 +22,8 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
 // ns is the namespace of every test object.
@@ -44,7 +44,7 @@ var _ Health = (*fakeHealth)(nil)
 // Up, as after a healthy start.
 type fakeHealth struct {
 	mu        sync.Mutex
-	states    map[string]prober.State
+	states    map[string]liveness.State
 	listeners []func(string)
 	replaced  map[string]uint64 // as the announcer last set them
 	unable    map[string][]probe.Unable
@@ -70,13 +70,13 @@ func (h *fakeHealth) setUnable(node string, u ...probe.Unable) {
 	}
 }
 
-func (h *fakeHealth) Health(node string) prober.State {
+func (h *fakeHealth) Health(node string) liveness.State {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s, ok := h.states[node]; ok {
 		return s
 	}
-	return prober.Up
+	return liveness.Up
 }
 
 func (h *fakeHealth) OnChange(f func(string)) {
@@ -101,10 +101,10 @@ func (h *fakeHealth) replacedNodes() map[string]uint64 {
 }
 
 // set changes a node's state and tells the listeners, as the prober does.
-func (h *fakeHealth) set(node string, s prober.State) {
+func (h *fakeHealth) set(node string, s liveness.State) {
 	h.mu.Lock()
 	if h.states == nil {
-		h.states = map[string]prober.State{}
+		h.states = map[string]liveness.State{}
 	}
 	h.states[node] = s
 	listeners := append([]func(string){}, h.listeners...)

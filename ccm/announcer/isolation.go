@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
 )
 
 // Event reasons of the announcer about the ccm's own isolation from the agents: put on

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
 )
 
 func TestIsolationEvents(t *testing.T) {

@@ -9,8 +9,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 )
 
 // withStandbys sets the standbys annotation, as a previous decision left it.
@@ -60,11 +61,11 @@ func (tc *testController) plan(t *testing.T, name string) (string, string) {
 
 // ranked returns the rule's order of healthy nodes without endpoints for ip.
 func ranked(ip string, nodes ...string) []string {
-	var ns []owner.Node
+	var ns []pick.Node
 	for _, n := range nodes {
-		ns = append(ns, owner.Node{Name: n, Healthy: true})
+		ns = append(ns, pick.Node{Name: n, Healthy: true})
 	}
-	out, _ := owner.Rank(owner.Group{FirstIP: ip}, ns)
+	out, _ := pick.Rank(pick.Group{FirstIP: ip}, ns)
 	return out
 }
 
@@ -94,7 +95,7 @@ func TestFailoverWritesThePlanInOnePatch(t *testing.T) {
 	tc := newTestController(t, svc, node("node-a", nil), node("node-b", nil), node("node-c", nil), node("node-d", nil))
 	key := "address/198.51.100.1"
 
-	tc.health.set(r[0], prober.Down)
+	tc.health.set(r[0], liveness.Down)
 	before := len(tc.client.Actions())
 	tc.syncKey(t, key)
 	patches := tc.planPatches(t, before)
@@ -104,8 +105,8 @@ func TestFailoverWritesThePlanInOnePatch(t *testing.T) {
 	if a, s := tc.plan(t, "web"); a != r[2] || s != r[1]+","+r[3] {
 		t.Errorf("after %s went down: announcer %q, standbys %q; want %q, %q", r[0], a, s, r[2], r[1]+","+r[3])
 	}
-	if got := tc.Snapshot().Decisions["ns/web"].Reason; got != string(owner.ReasonStandby) {
-		t.Errorf("reason %q, want %s", got, owner.ReasonStandby)
+	if got := tc.Snapshot().Decisions["ns/web"].Reason; got != string(pick.ReasonStandby) {
+		t.Errorf("reason %q, want %s", got, pick.ReasonStandby)
 	}
 	if ev := tc.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal "+ReasonAnnouncerChanged) {
 		t.Errorf("events %q, want one %s", ev, ReasonAnnouncerChanged)
@@ -132,7 +133,7 @@ func TestStandbysOnlyChange(t *testing.T) {
 		t.Fatalf("the annotations held the plan, yet the sync wrote %v", tc.client.Actions())
 	}
 
-	tc.health.set(r[1], prober.Down)
+	tc.health.set(r[1], liveness.Down)
 	tc.syncKey(t, key)
 	patches := tc.planPatches(t, 0)
 	if len(patches) != 1 || !patches[0].hasStandbys || patches[0].standbys == nil || *patches[0].standbys != r[2] {
@@ -147,7 +148,7 @@ func TestStandbysOnlyChange(t *testing.T) {
 
 	// The last standby down too: the standbys annotation goes, the announcer stays.
 	tc.settle(t, "web")
-	tc.health.set(r[2], prober.Down)
+	tc.health.set(r[2], liveness.Down)
 	tc.syncKey(t, key)
 	if a, s := tc.plan(t, "web"); a != r[0] || s != "" {
 		t.Errorf("announcer %q, standbys %q; want %q and none", a, s, r[0])
@@ -195,12 +196,12 @@ func TestReplacedUntilTheAnnotationsMoved(t *testing.T) {
 	tc := newTestController(t, svc, node("node-a", nil), node("node-b", nil), node("node-c", nil))
 	key := "address/198.51.100.1"
 
-	tc.health.set(r[0], prober.Down)
+	tc.health.set(r[0], liveness.Down)
 	tc.syncKey(t, key)
 	if got := tc.health.replacedNodes(); got[r[0]] != prober.Held {
 		t.Fatalf("replaced %v after %s went down and the annotation still names it, want it held", got, r[0])
 	}
-	tc.health.set(r[0], prober.Replaced) // it answers again, and the prober says so
+	tc.health.set(r[0], liveness.Replaced) // it answers again, and the prober says so
 
 	tc.settle(t, "web") // the cache sees the patch
 	tc.syncKey(t, key)

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 )
 
 // balanceKey queues deciding every group again, once Services or endpoints changed:
@@ -27,13 +27,13 @@ const (
 	balancePauses   = 4
 )
 
-// spread is the last decision of every group at once (owner.Assign), which each group's
+// spread is the last decision of every group at once (pick.Assign), which each group's
 // sync applies to its own Services.
 type spread struct {
 	mu       sync.Mutex
-	rankings map[string]owner.Ranking // by first address
-	inputs   map[string]owner.Group   // what they were decided from
-	nodes    []owner.Node
+	rankings map[string]pick.Ranking // by first address
+	inputs   map[string]pick.Group   // what they were decided from
+	nodes    []pick.Node
 	at       time.Time     // when it was made
 	took     time.Duration // how long it took
 	// stale says that Services or endpoints changed since.
@@ -56,7 +56,7 @@ func (s *spread) wait() time.Duration {
 // again at once when the nodes changed, else when g's own inputs changed or others did,
 // once the pause after the last decision is over. Until then a group whose inputs changed
 // is not decided: ok is false, and the group is queued again for then.
-func (c *Controller) ranking(key string, g owner.Group, nodes []owner.Node) (r owner.Ranking, ok bool, err error) {
+func (c *Controller) ranking(key string, g pick.Group, nodes []pick.Node) (r pick.Ranking, ok bool, err error) {
 	s := &c.spread
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -64,18 +64,18 @@ func (c *Controller) ranking(key string, g owner.Group, nodes []owner.Node) (r o
 	changed := !known || !sameGroup(in, g)
 	if s.rankings == nil || !slices.EqualFunc(s.nodes, nodes, sameNode) || (changed || s.stale.Load()) && s.wait() <= 0 {
 		if err := c.decideAll(nodes); err != nil {
-			return owner.Ranking{}, false, err
+			return pick.Ranking{}, false, err
 		}
 	} else if changed {
 		c.queue.AddAfter(key, s.wait())
-		return owner.Ranking{}, false, nil
+		return pick.Ranking{}, false, nil
 	}
 	if r, ok := s.rankings[g.FirstIP]; ok {
 		return r, true, nil
 	}
 	// The caches moved on while deciding: the group's next sync will find it.
 	c.queue.AddAfter(key, s.wait())
-	return owner.Ranking{}, false, nil
+	return pick.Ranking{}, false, nil
 }
 
 // syncBalance decides every group again if Services or endpoints changed since the last
@@ -93,9 +93,9 @@ func (c *Controller) syncBalance() error {
 	return c.decideAll(nodes)
 }
 
-// decideAll decides every group with owner.Assign and queues those whose ranking changed.
+// decideAll decides every group with pick.Assign and queues those whose ranking changed.
 // c.spread.mu is held.
-func (c *Controller) decideAll(nodes []owner.Node) error {
+func (c *Controller) decideAll(nodes []pick.Node) error {
 	s := &c.spread
 	s.stale.Store(false)
 	start := time.Now()
@@ -104,7 +104,7 @@ func (c *Controller) decideAll(nodes []owner.Node) error {
 		s.stale.Store(true)
 		return err
 	}
-	rankings := owner.Assign(groups, nodes, c.options())
+	rankings := pick.Assign(groups, nodes, c.options())
 	changed := 0
 	for ip, r := range rankings {
 		if old, ok := s.rankings[ip]; ok && !slices.Equal(old.Nodes, r.Nodes) {
@@ -113,7 +113,7 @@ func (c *Controller) decideAll(nodes []owner.Node) error {
 		}
 	}
 	s.rankings, s.nodes, s.at, s.took = rankings, nodes, time.Now(), time.Since(start)
-	s.inputs = make(map[string]owner.Group, len(groups))
+	s.inputs = make(map[string]pick.Group, len(groups))
 	for _, g := range groups {
 		s.inputs[g.FirstIP] = g
 	}
@@ -122,14 +122,14 @@ func (c *Controller) decideAll(nodes []owner.Node) error {
 }
 
 // options are the rule's options under the cloud-config.
-func (c *Controller) options() owner.Options {
-	return owner.Options{Rebalance: c.cfg.Load().Failover.Rebalance, Standbys: maxStandbys}
+func (c *Controller) options() pick.Options {
+	return pick.Options{Rebalance: c.cfg.Load().Failover.Rebalance, Standbys: maxStandbys}
 }
 
 // allGroups returns the rule's view of every group with Services to announce.
-func (c *Controller) allGroups() ([]owner.Group, error) {
+func (c *Controller) allGroups() ([]pick.Group, error) {
 	seen := map[netip.Addr]bool{}
-	var groups []owner.Group
+	var groups []pick.Group
 	for _, text := range c.serviceIndexer.ListIndexFuncValues(byAddress) {
 		a, err := netip.ParseAddr(text)
 		if err != nil || seen[a] {
@@ -159,13 +159,13 @@ func (c *Controller) allGroups() ([]owner.Group, error) {
 
 // sameGroup reports whether a and b give the rule the same inputs, the current
 // announcer and plan apart: those follow the rule's own decisions.
-func sameGroup(a, b owner.Group) bool {
+func sameGroup(a, b pick.Group) bool {
 	return a.FirstIP == b.FirstIP && slices.Equal(a.PreferredNodes, b.PreferredNodes) &&
 		maps.Equal(a.Endpoints, b.Endpoints) &&
-		slices.EqualFunc(a.Local, b.Local, func(x, y owner.LocalService) bool {
+		slices.EqualFunc(a.Local, b.Local, func(x, y pick.LocalService) bool {
 			return x.Service == y.Service && maps.Equal(x.Endpoints, y.Endpoints)
 		}) &&
-		slices.EqualFunc(a.Pools, b.Pools, func(x, y owner.PoolNodes) bool {
+		slices.EqualFunc(a.Pools, b.Pools, func(x, y pick.PoolNodes) bool {
 			return x.Pool == y.Pool && x.Families == y.Families &&
 				(x.NodeSelector == nil) == (y.NodeSelector == nil) &&
 				(x.NodeSelector == nil || x.NodeSelector.String() == y.NodeSelector.String())
@@ -173,7 +173,7 @@ func sameGroup(a, b owner.Group) bool {
 }
 
 // sameNode reports whether a and b are the same node in the same state.
-func sameNode(a, b owner.Node) bool {
+func sameNode(a, b pick.Node) bool {
 	return a.Name == b.Name && a.Deleting == b.Deleting && a.Healthy == b.Healthy &&
 		a.Draining == b.Draining && a.Starting == b.Starting && labels.Equals(a.Labels, b.Labels) &&
 		slices.Equal(a.Unable, b.Unable)

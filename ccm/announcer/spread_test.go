@@ -80,7 +80,7 @@ func TestAnnouncerBalances(t *testing.T) {
 }
 
 // BenchmarkDecideAll decides 5,000 Services, each with an EndpointSlice, over 100 nodes
-// from the caches, as after a node event: listing the groups and owner.Assign.
+// from the caches, as after a node event: listing the groups and pick.Assign.
 func BenchmarkDecideAll(b *testing.B) {
 	var objs []runtime.Object
 	for i := range 100 {

@@ -20,13 +20,13 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 )
 
 // warnPartly tells m's owners that d.Node announces only part of the group's addresses,
 // and why no node announces the rest.
-func (c *Controller) warnPartly(m member, d owner.Decision, g owner.Group, unannounced string) {
+func (c *Controller) warnPartly(m member, d pick.Decision, g pick.Group, unannounced string) {
 	why := fmt.Sprintf("No node can announce %s; %s announces the rest of the addresses of %s", unannounced, d.Node, g.FirstIP)
 	c.recorder.Event(m.svc, v1.EventTypeWarning, ReasonPartlyAnnounced, why)
 	c.logChange(m.req.Service, ReasonPartlyAnnounced, d.Node, d, why)
@@ -84,13 +84,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil || !ok {
 		return err
 	}
-	d := owner.Decision{Reason: r.Reason, Why: r.Why}
+	d := pick.Decision{Reason: r.Reason, Why: r.Why}
 	var p plan
 	if len(r.Nodes) > 0 {
 		d.Node = r.Nodes[0]
 		p = plan{announcer: d.Node, standbys: strings.Join(r.Nodes[1:], ",")}
 	}
-	unannounced := owner.Unannounced(g, nodes, d.Node)
+	unannounced := pick.Unannounced(g, nodes, d.Node)
 	warn := c.remember(key, members, g, nodes, d, unannounced)
 	c.account(key, ownership{node: d.Node, services: len(members)})
 	c.hold(key, members, d.Node)
@@ -104,7 +104,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 		if prev == d.Node {
 			if d.Node == "" && warn {
-				why := owner.Explain(prev, g, nodes, d)
+				why := pick.Explain(prev, g, nodes, d)
 				c.recorder.Eventf(m.svc, v1.EventTypeWarning, ReasonNoAnnouncer, "No node announces %s: %s", g.FirstIP, why)
 				c.logChange(m.req.Service, ReasonNoAnnouncer, prev, d, why)
 			}
@@ -127,7 +127,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			}
 			continue
 		}
-		why := owner.Explain(prev, g, nodes, d)
+		why := pick.Explain(prev, g, nodes, d)
 		if err := c.setPlan(ctx, m.svc, p); err != nil {
 			return err
 		}
@@ -212,9 +212,9 @@ func (c *Controller) group(start netip.Addr) (members []member, stale []*v1.Serv
 }
 
 // ruleGroup gathers the rule's view of a group's members.
-func (c *Controller) ruleGroup(members []member) (owner.Group, error) {
+func (c *Controller) ruleGroup(members []member) (pick.Group, error) {
 	cfg := c.cfg.Load()
-	g := owner.Group{Endpoints: map[string]int{}}
+	g := pick.Group{Endpoints: map[string]int{}}
 	var addrs []netip.Addr
 	for _, m := range members {
 		addrs = append(addrs, m.req.Ingress...)
@@ -226,7 +226,7 @@ func (c *Controller) ruleGroup(members []member) (owner.Group, error) {
 			g.Endpoints[node] += n
 		}
 		if m.req.Local {
-			g.Local = append(g.Local, owner.LocalService{Service: m.req.Service, Endpoints: endpoints})
+			g.Local = append(g.Local, pick.LocalService{Service: m.req.Service, Endpoints: endpoints})
 		}
 		if g.PreferredNodes == nil && len(m.req.PreferredNodes) > 0 {
 			g.PreferredNodes = m.req.PreferredNodes
@@ -240,10 +240,10 @@ func (c *Controller) ruleGroup(members []member) (owner.Group, error) {
 		if p == nil {
 			continue
 		}
-		i := slices.IndexFunc(g.Pools, func(pn owner.PoolNodes) bool { return pn.Pool == p.Name })
+		i := slices.IndexFunc(g.Pools, func(pn pick.PoolNodes) bool { return pn.Pool == p.Name })
 		if i < 0 {
 			i = len(g.Pools)
-			g.Pools = append(g.Pools, owner.PoolNodes{Pool: p.Name, NodeSelector: p.NodeSelector})
+			g.Pools = append(g.Pools, pick.PoolNodes{Pool: p.Name, NodeSelector: p.NodeSelector})
 		}
 		g.Pools[i].Families[iprange.FamilyOf(a)] = true
 	}
@@ -315,26 +315,26 @@ func (c *Controller) readyEndpoints(svc *v1.Service) (map[string]int, error) {
 	return out, nil
 }
 
-func (c *Controller) nodeStates() ([]owner.Node, error) {
+func (c *Controller) nodeStates() ([]pick.Node, error) {
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	out := make([]owner.Node, 0, len(nodes))
+	out := make([]pick.Node, 0, len(nodes))
 	now := time.Now()
 	for _, n := range nodes {
 		// Only an agent that is up may announce: one that is replaced is in the verdict, and
 		// announces nothing until the annotations say what the agents standing in did.
 		h := c.health.Health(n.Name)
-		c.returns.observe(n.Name, h == prober.Down, now)
-		node := owner.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == prober.Up, Draining: h == prober.Draining, Starting: h == prober.Starting}
+		c.returns.observe(n.Name, h == liveness.Down, now)
+		node := pick.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == liveness.Up, Draining: h == liveness.Draining, Starting: h == liveness.Starting}
 		for _, u := range c.health.Unable(n.Name) {
-			node.Unable = append(node.Unable, owner.Unable{Pool: u.Pool, Family: u.Family, Why: u.Explain(n.Name)})
+			node.Unable = append(node.Unable, pick.Unable{Pool: u.Pool, Family: u.Family, Why: u.Explain(n.Name)})
 		}
 		out = append(out, node)
 	}
 	// Sorted, so that a decision of every group on the same nodes is known as such.
-	slices.SortFunc(out, func(a, b owner.Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b pick.Node) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

@@ -28,14 +28,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
-// Verdicts is what the tracker needs of the prober: a *prober.Prober.
-type Verdicts interface {
+// Prober is what the tracker needs of the prober: a *prober.Prober.
+type Prober interface {
 	// Verdict returns the verdict sent to the agents; Seq 0 before the first.
 	Verdict() probe.Verdict
 	// Expedite has the agents of nodes probed now, not in their next slot: their duty
@@ -52,7 +52,7 @@ const minRecompute = 50 * time.Millisecond
 // for concurrent use.
 type Tracker struct {
 	cfg      atomic.Pointer[config.Config]
-	verdicts Verdicts
+	prober   Prober
 	services corelisters.ServiceLister
 	nodes    corelisters.NodeLister
 	synced   []cache.InformerSynced
@@ -72,11 +72,11 @@ type Tracker struct {
 	planned atomic.Pointer[prober.Planned]
 }
 
-// New returns a Tracker over the Services and Nodes of the informers and the verdicts of
-// verdicts. It computes nothing before Run.
-func New(cfg *config.Config, services coreinformers.ServiceInformer, nodes coreinformers.NodeInformer, verdicts Verdicts) *Tracker {
+// New returns a Tracker over the Services and Nodes of the informers and the verdict of
+// prober. It computes nothing before Run.
+func New(cfg *config.Config, services coreinformers.ServiceInformer, nodes coreinformers.NodeInformer, prober Prober) *Tracker {
 	t := &Tracker{
-		verdicts: verdicts,
+		prober:   prober,
 		services: services.Lister(),
 		nodes:    nodes.Lister(),
 		synced:   []cache.InformerSynced{services.Informer().HasSynced, nodes.Informer().HasSynced},
@@ -161,7 +161,7 @@ func (t *Tracker) Run(ctx context.Context) {
 		}
 		// A new verdict moves addresses at once on the agents: follow it at once. Service
 		// changes are gathered.
-		v := t.verdicts.Verdict()
+		v := t.prober.Verdict()
 		if v.VerdictRef == t.atVerdict() && (!pending || time.Since(last) < minRecompute) {
 			continue
 		}
@@ -203,7 +203,7 @@ func (t *Tracker) compute(v probe.Verdict) {
 	// an interval (ten for an idle one). A new announcer whose own view cannot be trusted
 	// (its Service watch broken) waits for it before it announces.
 	if len(changed) > 0 {
-		t.verdicts.Expedite(changed)
+		t.prober.Expedite(changed)
 	}
 }
 

@@ -16,25 +16,25 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
 )
 
-type fakeVerdicts struct {
+type fakeProber struct {
 	mu        sync.Mutex
 	v         probe.Verdict
 	expedited [][]string
 }
 
-func (f *fakeVerdicts) Expedite(nodes []string) {
+func (f *fakeProber) Expedite(nodes []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.expedited = append(f.expedited, nodes)
 }
 
 // lastExpedited returns the nodes of the last Expedite, or nil.
-func (f *fakeVerdicts) lastExpedited() []string {
+func (f *fakeProber) lastExpedited() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.expedited) == 0 {
@@ -43,13 +43,13 @@ func (f *fakeVerdicts) lastExpedited() []string {
 	return f.expedited[len(f.expedited)-1]
 }
 
-func (f *fakeVerdicts) Verdict() probe.Verdict {
+func (f *fakeProber) Verdict() probe.Verdict {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.v
 }
 
-func (f *fakeVerdicts) set(seq uint64, down ...string) {
+func (f *fakeProber) set(seq uint64, down ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.v = probe.Verdict{VerdictRef: probe.VerdictRef{Instance: 1, Seq: seq}, Down: down}
@@ -77,8 +77,8 @@ func TestTrackerFollowsPlansAndVerdict(t *testing.T) {
 	}
 	client := fake.NewClientset(service("a", "198.51.100.1", "n1", "n2"), service("b", "198.51.100.2", "n2", "n1"), service("out", "203.0.113.1", "n1"))
 	factory := informers.NewSharedInformerFactory(client, 0)
-	verdicts := &fakeVerdicts{}
-	tr := New(cfg, factory.Core().V1().Services(), factory.Core().V1().Nodes(), verdicts)
+	prober := &fakeProber{}
+	tr := New(cfg, factory.Core().V1().Services(), factory.Core().V1().Nodes(), prober)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory.Start(ctx.Done())
@@ -110,16 +110,16 @@ func TestTrackerFollowsPlansAndVerdict(t *testing.T) {
 	if _, known := tr.Duty("n1"); err != nil || known {
 		t.Fatalf("before the first verdict: computed %v, known %v; want computed and not known", err == nil, known)
 	}
-	verdicts.set(1)
+	prober.set(1)
 	want("first verdict", "n1", "198.51.100.1")
 	want("first verdict", "n2", "198.51.100.2")
-	if got := verdicts.lastExpedited(); got != nil {
+	if got := prober.lastExpedited(); got != nil {
 		t.Errorf("Expedite(%v) at the first duties known, want none: every agent learns them in its slot", got)
 	}
-	verdicts.set(2, "n2")
+	prober.set(2, "n2")
 	want("n2 down", "n1", "198.51.100.1", "198.51.100.2")
 	want("n2 down", "n2")
-	if got := verdicts.lastExpedited(); !slices.Equal(got, []string{"n1", "n2"}) {
+	if got := prober.lastExpedited(); !slices.Equal(got, []string{"n1", "n2"}) {
 		t.Errorf("Expedite(%v) after n2 went down, want [n1 n2]: both duties changed", got)
 	}
 	moved := service("a", "198.51.100.1", "n2", "n1")
@@ -127,7 +127,7 @@ func TestTrackerFollowsPlansAndVerdict(t *testing.T) {
 	if _, err := client.CoreV1().Services("ns").Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	verdicts.set(3)
+	prober.set(3)
 	want("a moved", "n2", "198.51.100.1", "198.51.100.2")
 	want("a moved", "n1")
 }
@@ -141,7 +141,7 @@ func TestTrackerPlanned(t *testing.T) {
 	}
 	client := fake.NewClientset(service("a", "198.51.100.1", "n1", "n2,n3"), service("b", "198.51.100.2", "n2"))
 	factory := informers.NewSharedInformerFactory(client, 0)
-	tr := New(cfg, factory.Core().V1().Services(), factory.Core().V1().Nodes(), &fakeVerdicts{})
+	tr := New(cfg, factory.Core().V1().Services(), factory.Core().V1().Nodes(), &fakeProber{})
 	if p := tr.Planned(); !p.Named("n9") {
 		t.Error("before the caches synced, a node counts as named in no plan")
 	}

@@ -22,9 +22,10 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
 )
 
 // Allocator is the page's view of the allocator: a *provider.Cloud.
@@ -48,7 +49,7 @@ type Announcer interface {
 // Agents is the page's view of the prober: a *prober.Prober.
 type Agents interface {
 	// Health returns the state of a node's agent.
-	Health(node string) prober.State
+	Health(node string) liveness.State
 	// Agents returns the probing of every agent probed now, by node name.
 	Agents() map[string]prober.Agent
 }

@@ -19,9 +19,10 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ipam"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/prober"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
 )
 
 // get serves one request with h and returns the status, the content type and the body.
@@ -66,7 +67,7 @@ func TestStatus(t *testing.T) {
 		Changes:   []announcer.Change{change},
 	}}
 	src.Agents = fakeAgents{
-		states: map[string]prober.State{"node-a": prober.Up, "node-b": prober.Up},
+		states: map[string]liveness.State{"node-a": liveness.Up, "node-b": liveness.Up},
 		agents: map[string]prober.Agent{"node-b": {Address: netip.MustParseAddrPort("192.0.2.11:7474"), LastRTT: 312 * time.Microsecond, LastAnswer: time.Now()}},
 	}
 
@@ -285,15 +286,15 @@ func (f fakeAnnouncer) Snapshot() announcer.Snapshot { return f.snap }
 func (f fakeAnnouncer) HasSynced() bool              { return f.synced }
 
 type fakeAgents struct {
-	states map[string]prober.State
+	states map[string]liveness.State
 	agents map[string]prober.Agent
 }
 
-func (f fakeAgents) Health(node string) prober.State {
+func (f fakeAgents) Health(node string) liveness.State {
 	if s, ok := f.states[node]; ok {
 		return s
 	}
-	return prober.Down
+	return liveness.Down
 }
 func (f fakeAgents) Agents() map[string]prober.Agent { return f.agents }
 

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/owner"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/pick"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
@@ -145,10 +145,10 @@ func TestAnnouncer(t *testing.T) {
 		e.create(t, ns, lbService("excl", withAnnotation(annotation.PreferredNodes, "node-a")))
 		e.waitIngress(t, ns, "excl", 1)
 		e.waitAnnouncer(t, ns, "excl", "node-a")
-		e.labelNode(t, "node-a", owner.ExcludeLabel, ptr.To(""))
-		t.Cleanup(func() { e.labelNode(t, "node-a", owner.ExcludeLabel, nil) })
+		e.labelNode(t, "node-a", pick.ExcludeLabel, ptr.To(""))
+		t.Cleanup(func() { e.labelNode(t, "node-a", pick.ExcludeLabel, nil) })
 		e.waitAnnouncer(t, ns, "excl", "node-b")
-		e.waitEvent(t, ns, "excl", "AnnouncerChanged", "node-a is excluded by the label "+owner.ExcludeLabel)
+		e.waitEvent(t, ns, "excl", "AnnouncerChanged", "node-a is excluded by the label "+pick.ExcludeLabel)
 	})
 
 	t.Run("pool nodeSelector", func(t *testing.T) {
