@@ -163,8 +163,11 @@ func (a *Agent) listen(ctx context.Context) error {
 
 // build makes the parts, each from the ones it needs.
 func (a *Agent) build(ctx context.Context, key *probe.Key, ccmKey *probe.Verifier) error {
+	// Every Service of the cluster, each kept only as far as the agent reads it.
+	a.services = informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTransform(servicewatch.Transform))
+	services := servicewatch.NewCache(a.services)
 	var err error
-	a.responder, err = responder.New(a.cfg.NodeName, key, ccmKey, a.cloud.Failover.ProbeInterval)
+	a.responder, err = responder.New(a.cfg.NodeName, key, ccmKey, a.cloud.Failover.ProbeInterval, services.Version)
 	if err != nil {
 		return fmt.Errorf("--node-name: %w", err)
 	}
@@ -177,8 +180,6 @@ func (a *Agent) build(ctx context.Context, key *probe.Key, ccmKey *probe.Verifie
 	a.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
 	recorder := a.broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "baremetal-agent", Host: a.cfg.NodeName})
 
-	// Every Service of the cluster, each kept only as far as the agent reads it.
-	a.services = informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTransform(servicewatch.Transform))
 	// Every node, to probe the peers this one backs up while no ccm is heard, at the
 	// addresses known before the API server went away; of the others only what that needs
 	// is kept. This node's labels decide which pools' addresses it may announce.
@@ -206,12 +207,10 @@ func (a *Agent) build(ctx context.Context, key *probe.Key, ccmKey *probe.Verifie
 	a.speaker = speaker.New(opts)
 	a.speaker.SetPools(a.cloud.Pools)
 	a.speaker.SetRefresh(a.cloud.Announcements.RefreshInterval)
-	a.watcher, err = servicewatch.New(a.cfg.NodeName, a.cloud, a.services, nodes, a.speaker, a.verdict, a.responder, recorder)
+	a.watcher, err = servicewatch.New(a.cfg.NodeName, a.cloud, services, nodes, a.speaker, a.verdict, a.responder, recorder)
 	if err != nil {
 		return err
 	}
-	a.responder.SetCacheVersion(a.watcher.CacheVersion)
-	a.verdict.SetCacheVersion(a.watcher.CacheVersion)
 	a.health = &health{watch: a.watcher}
 
 	legacyregistry.CustomMustRegister(speaker.NewCollector(a.speaker), responder.NewCollector(a.responder))

@@ -58,7 +58,7 @@ func serveOn(t *testing.T, node, addr string, wrap func(net.PacketConn) net.Pack
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err = responder.New(node, testKey, testSigner.Verifier(), interval)
+	r, err = responder.New(node, testKey, testSigner.Verifier(), interval, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func TestResponderHearsASlowCCM(t *testing.T) {
 	for _, interval := range []time.Duration{100 * time.Millisecond, 600 * time.Millisecond, time.Second, 10 * time.Second} {
 		t.Run(interval.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r, err := New("node-a", testKey, testVerifier, interval)
+				r, err := New("node-a", testKey, testVerifier, interval, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

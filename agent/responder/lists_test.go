@@ -18,7 +18,7 @@ import (
 func maxedResponder(t *testing.T, covers int) (*Responder, []uint64, []probe.Unable) {
 	t.Helper()
 	node := strings.Repeat("n", probe.MaxNodeName)
-	r, err := New(node, testKey, testVerifier, testInterval)
+	r, err := New(node, testKey, testVerifier, testInterval, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

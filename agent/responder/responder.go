@@ -30,9 +30,12 @@ type Responder struct {
 	tag uint64
 	key *probe.Key
 	// ccm checks that verdicts and duties are the ccm's.
-	ccm     *probe.Verifier
-	senders senders
-	state   atomic.Uint32
+	ccm *probe.Verifier
+	// cacheVersion returns the resourceVersion the agent's Service cache has reached; nil
+	// when unknown.
+	cacheVersion func() uint64
+	senders      senders
+	state        atomic.Uint32
 	// lastCCM is when the ccm followed was last heard, in Unix nanoseconds.
 	lastCCM atomic.Int64
 	// conn is the socket Serve reads, for Unread.
@@ -67,8 +70,6 @@ type Responder struct {
 	digest        probe.Digest
 	confirmedOnly bool
 	lists         probe.ReplyLists
-	// cacheVersion returns the resourceVersion the agent's Service cache has reached.
-	cacheVersion func() uint64
 
 	// refusals limits the refusals of requests made with another key to one a second.
 	refusals *rate.Limiter
@@ -113,11 +114,13 @@ type Stats struct {
 // authenticated with key, and takes the verdicts and duty lists that are also signed by a
 // key of ccm. interval is the ccm's probe interval (failover.probeInterval): how soon its
 // next request is due, unless a request says the agent is probed at the idle rate.
-func New(node string, key *probe.Key, ccm *probe.Verifier, interval time.Duration) (*Responder, error) {
+// cacheVersion, if not nil, returns the resourceVersion the agent's Service cache has
+// reached, which the replies carry.
+func New(node string, key *probe.Key, ccm *probe.Verifier, interval time.Duration, cacheVersion func() uint64) (*Responder, error) {
 	if err := probe.CheckName(node); err != nil {
 		return nil, fmt.Errorf("probe responder: %w", err)
 	}
-	r := &Responder{node: node, tag: probe.NodeTag(node), key: key, ccm: ccm, interval: interval, refusals: rate.NewLimiter(1, 1)}
+	r := &Responder{node: node, tag: probe.NodeTag(node), key: key, ccm: ccm, interval: interval, cacheVersion: cacheVersion, refusals: rate.NewLimiter(1, 1)}
 	r.state.Store(uint32(probe.Ready))
 	return r, nil
 }
@@ -195,12 +198,13 @@ func (r *Responder) CCMVerdict() probe.VerdictRef {
 	return r.newestVerdict
 }
 
-// SetCacheVersion sets the function whose result the following replies carry as the
-// resourceVersion the agent's Service cache has reached.
-func (r *Responder) SetCacheVersion(f func() uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cacheVersion = f
+// CacheVersion returns the resourceVersion the replies say the agent's Service cache has
+// reached; 0 when unknown.
+func (r *Responder) CacheVersion() uint64 {
+	if r.cacheVersion == nil {
+		return 0
+	}
+	return r.cacheVersion()
 }
 
 // SetStandsDown sets whether the following replies say the agent takes itself for down.
@@ -346,11 +350,8 @@ func (r *Responder) reply(b []byte, req probe.Request, now time.Time) ([]byte, b
 	// The request's counter turns the shares: each prober's counters for this node are
 	// consecutive, so each prober gets every share in turn however many probe the node.
 	r.lists.Fill(&reply, req.Counter)
-	cacheVersion := r.cacheVersion
 	r.mu.Unlock()
-	if cacheVersion != nil {
-		reply.CacheVersion = cacheVersion()
-	}
+	reply.CacheVersion = r.CacheVersion()
 	out, err := r.key.AppendReply(b, reply)
 	if err != nil {
 		// Never: the name and lists were checked when set, and fill makes the shares fit.

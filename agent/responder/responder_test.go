@@ -67,7 +67,7 @@ func (c *talker) ask(t testing.TB, req probe.Request) probe.Reply {
 
 func newTestResponder(t *testing.T) *Responder {
 	t.Helper()
-	r, err := New("node-a", testKey, testVerifier, testInterval)
+	r, err := New("node-a", testKey, testVerifier, testInterval, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestResponderTakesOnlyNewerVerdicts(t *testing.T) {
 // BenchmarkResponderReplayedVerdict is the cost of a verdict an agent holds already, heard
 // again: a replay, or the ccm's own resend. Its signature is never checked.
 func BenchmarkResponderReplayedVerdict(b *testing.B) {
-	r, err := New("node-a", testKey, testVerifier, testInterval)
+	r, err := New("node-a", testKey, testVerifier, testInterval, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

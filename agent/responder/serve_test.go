@@ -38,7 +38,7 @@ func TestResponderServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New("node-a", testKey, testVerifier, testInterval)
+	r, err := New("node-a", testKey, testVerifier, testInterval, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestResponderServe(t *testing.T) {
 }
 
 func TestNewResponderRefusesBadName(t *testing.T) {
-	if _, err := New("", testKey, testVerifier, testInterval); err == nil {
+	if _, err := New("", testKey, testVerifier, testInterval, nil); err == nil {
 		t.Error("New(\"\") succeeded")
 	}
 }

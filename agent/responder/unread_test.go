@@ -26,7 +26,7 @@ func (c *heldConn) ReadFrom(b []byte) (int, net.Addr, error) {
 // TestUnread checks that a responder that has not read what came says so: an agent short
 // of CPU must not take the ccm for silent while its requests wait in the socket.
 func TestUnread(t *testing.T) {
-	r, err := New("node-a", testKey, testVerifier, testInterval)
+	r, err := New("node-a", testKey, testVerifier, testInterval, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,32 +118,54 @@ func (w *Watcher) Drain() {
 	w.queue.Add(everything)
 }
 
-// New returns a Watcher of the Services in factory for node, whose Node object nodes
+// Cache is the agent's cache of the Services of type LoadBalancer, and the health of its
+// watch: the watcher reads it, and the probe responder reports how far it has come
+// (Version). NewCache makes it.
+type Cache struct {
+	informer cache.SharedIndexInformer
+	lister   listersv1.ServiceLister
+	health   *watchHealth
+}
+
+// NewCache registers the Service cache with factory. Call it before anything else asks
+// factory for Services: the factory's Services informer must be this one.
+func NewCache(factory informers.SharedInformerFactory) *Cache {
+	health := &watchHealth{now: time.Now}
+	factory.InformerFor(&v1.Service{}, health.newInformer)
+	services := factory.Core().V1().Services()
+	return &Cache{informer: services.Informer(), lister: services.Lister(), health: health}
+}
+
+// Version returns the resourceVersion the cache has reached, as a number, 0 when it has
+// none that is one. The ccm lets this node announce again what it moved away from it
+// only once the cache has seen the annotations that say so.
+func (c *Cache) Version() uint64 {
+	v, _ := strconv.ParseUint(c.informer.LastSyncResourceVersion(), 10, 64)
+	return v
+}
+
+// New returns a Watcher of the Services in services for node, whose Node object nodes
 // follows: its labels decide which pools' addresses it may announce. duties, if not nil,
 // is the ccm's duty the probe responder receives: the watcher compares its own view with
 // it, and announces only what the duty confirms when it cannot trust its own view; while
 // no ccm is heard (duties.SilentAfter) there is no duty to compare with. Start the
 // factories, then Run.
-func New(node string, cfg *config.Config, factory informers.SharedInformerFactory, nodes coreinformers.NodeInformer, speaker Applier, verdict Verdict, duties Duties, recorder record.EventRecorder) (*Watcher, error) {
-	health := &watchHealth{now: time.Now}
-	// Registered first, so that the factory's Services informer is this one.
-	factory.InformerFor(&v1.Service{}, health.newInformer)
-	services := factory.Core().V1().Services()
+func New(node string, cfg *config.Config, services *Cache, nodes coreinformers.NodeInformer, speaker Applier, verdict Verdict, duties Duties, recorder record.EventRecorder) (*Watcher, error) {
 	w := &Watcher{
-		health:     health,
+		health:     services.health,
 		node:       node,
 		speaker:    speaker,
 		verdict:    verdict,
 		recorder:   recorder,
-		informer:   services.Informer(),
-		lister:     services.Lister(),
+		informer:   services.informer,
+		lister:     services.lister,
 		nodes:      nodes.Lister(),
 		nodeSynced: nodes.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-agent-services"}),
 		dutyWake: make(chan struct{}, 1),
 	}
-	health.changed = w.pokeDuty
+	w.health.changed = w.pokeDuty
 	if duties != nil {
 		w.duties = duties
 		duties.OnDuty(func() { w.queue.Add(everything) })
@@ -232,14 +254,6 @@ func (w *Watcher) SetConfig(cfg *config.Config) {
 // HasSynced reports whether the Service and Node caches have synced: before that,
 // nothing is announced or withdrawn.
 func (w *Watcher) HasSynced() bool { return w.informer.HasSynced() && w.nodeSynced() }
-
-// CacheVersion returns the resourceVersion the Service cache has reached, as a number, 0
-// when it has none that is one. The ccm lets this node announce again what it moved
-// away from it only once the cache has seen the annotations that say so.
-func (w *Watcher) CacheVersion() uint64 {
-	v, _ := strconv.ParseUint(w.informer.LastSyncResourceVersion(), 10, 64)
-	return v
-}
 
 // Named returns how many Services name this node as their announcer.
 func (w *Watcher) Named() int {

@@ -3,7 +3,6 @@ package verdict
 import (
 	"maps"
 	"slices"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
@@ -41,10 +40,8 @@ func TestSilenceChecksThePeers(t *testing.T) {
 // ahead of its own. A node that hears no one cannot tell its own isolation from
 // everyone's death; one that hears only some may miss the peer that stands in for it.
 func TestConfirmedByThePeers(t *testing.T) {
-	s, _, p, _ := newTest(t)
-	var own atomic.Uint64
-	own.Store(10)
-	s.SetCacheVersion(own.Load)
+	s, r, p, _ := newTest(t)
+	r.cacheVersion.Store(10)
 	run(t, s)
 	eventually(t, "the peers probed", func() bool { return p.running.Load() == 1 })
 	p.probed("a", true)
@@ -69,7 +66,7 @@ func TestConfirmedByThePeers(t *testing.T) {
 	if !s.Snapshot()["self"] {
 		t.Fatal("confirmed by a peer whose cache is ahead")
 	}
-	own.Store(11)
+	r.cacheVersion.Store(11)
 	eventually(t, "confirmed by the peers", func() bool { return !s.Snapshot()["self"] })
 }
 

@@ -38,6 +38,9 @@ type Responder interface {
 	SetCovers([]string)
 	SetStandsDown(bool)
 	CCMVerdict() probe.VerdictRef
+	// CacheVersion returns the resourceVersion this agent's Service cache has reached:
+	// peers whose caches are ahead cannot confirm where this node stands.
+	CacheVersion() uint64
 }
 
 // Peers is what Keeper needs of its prober of peers: a *peers.Prober.
@@ -82,8 +85,6 @@ type Keeper struct {
 	settle time.Duration
 	// peersKnown is set once the plans have been read (SetPeers).
 	peersKnown bool
-	// cacheVersion returns the resourceVersion this agent's Service cache has reached.
-	cacheVersion func() uint64
 	// wake makes Run look at once, rather than at the time it planned.
 	wake chan struct{}
 }
@@ -118,7 +119,7 @@ func Metrics() []metrics.Registerable {
 // peers, for probes every cfg.ProbeInterval.
 func New(node string, cfg config.Failover, responder Responder, peers Peers) *Keeper {
 	s := &Keeper{node: node, interval: cfg.ProbeInterval, responder: responder, peers: peers, down: map[string]bool{}, coveredBy: map[string]bool{}, peerSet: map[string]bool{}, unconfirmed: time.Now(),
-		cacheVersion: func() uint64 { return 0 }, wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1)}
 	// Unconfirmed from the start: the replies say so, for a new leader to see.
 	responder.SetStandsDown(true)
 	responder.OnVerdict(s.takeVerdict)
@@ -126,11 +127,6 @@ func New(node string, cfg config.Failover, responder Responder, peers Peers) *Ke
 	peers.SetTargets(map[string]bool{})
 	return s
 }
-
-// SetCacheVersion sets the function that returns the resourceVersion this agent's Service
-// cache has reached: peers whose caches are ahead cannot confirm where this node stands.
-// Call it before Run.
-func (k *Keeper) SetCacheVersion(f func() uint64) { k.cacheVersion = f }
 
 // Snapshot returns a copy of the nodes taken for down, this one among them while it is
 // not confirmed: one view for a whole computation.
@@ -196,7 +192,7 @@ func (k *Keeper) confirm() {
 		// everyone's death, and waits for a ccm too. No peers at all (once the plans are
 		// known): no one could have taken over.
 		probed := k.peers.Agents()
-		own := k.cacheVersion()
+		own := k.responder.CacheVersion()
 		heard := true
 		for n := range targets {
 			p := probed[n]

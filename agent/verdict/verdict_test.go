@@ -25,6 +25,8 @@ type fakeResponder struct {
 	covers     []string
 	standsDown bool
 	onVerdict  func()
+	// cacheVersion is the version of the agent's Service cache.
+	cacheVersion atomic.Uint64
 }
 
 func (r *fakeResponder) Verdict() probe.Verdict {
@@ -55,6 +57,8 @@ func (r *fakeResponder) setLast(at time.Time) {
 	defer r.mu.Unlock()
 	r.last = at
 }
+
+func (r *fakeResponder) CacheVersion() uint64 { return r.cacheVersion.Load() }
 
 func (r *fakeResponder) CCMVerdict() probe.VerdictRef {
 	r.mu.Lock()

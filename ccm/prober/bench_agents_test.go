@@ -51,7 +51,7 @@ func serveAgents(n, port int) int {
 	}
 	responders := make([]*responder.Responder, n)
 	for i := range n {
-		r, err := responder.New(fmt.Sprintf("node-%d", i), testKey, testVerifier, testInterval)
+		r, err := responder.New(fmt.Sprintf("node-%d", i), testKey, testVerifier, testInterval, nil)
 		if err != nil {
 			return fail(err)
 		}

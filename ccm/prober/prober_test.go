@@ -40,9 +40,16 @@ func startResponder(t *testing.T, node, addr string) (r *responder.Responder, st
 	return responderOn(t, node, addr, nil)
 }
 
-// responderOn is responder with its socket wrapped by wrap, if not nil: a network that
-// loses or delays.
+// responderOn is startResponder with its socket wrapped by wrap, if not nil: a network
+// that loses or delays.
 func responderOn(t *testing.T, node, addr string, wrap func(net.PacketConn) net.PacketConn) (r *responder.Responder, stop func()) {
+	t.Helper()
+	return responderWith(t, node, addr, wrap, nil)
+}
+
+// responderWith is responderOn whose replies carry the Service cache version
+// cacheVersion returns, if not nil.
+func responderWith(t *testing.T, node, addr string, wrap func(net.PacketConn) net.PacketConn, cacheVersion func() uint64) (r *responder.Responder, stop func()) {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", addr)
 	if err != nil {
@@ -52,7 +59,7 @@ func responderOn(t *testing.T, node, addr string, wrap func(net.PacketConn) net.
 	if wrap != nil {
 		conn = wrap(pc)
 	}
-	r, err = responder.New(node, testKey, testVerifier, testInterval)
+	r, err = responder.New(node, testKey, testVerifier, testInterval, cacheVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +258,7 @@ func TestAgentWithAnotherKeyRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	agent, err := responder.New("node-a", other, testVerifier, testInterval)
+	agent, err := responder.New("node-a", other, testVerifier, testInterval, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func freezableAgent(t *testing.T) (port int, conn *freezableConn, rec *recording
 	t.Cleanup(func() { pc.Close() })
 	rec = &recordingConn{PacketConn: pc}
 	conn = &freezableConn{PacketConn: rec, requests: make(chan struct{}, 1)}
-	r, err := responder.New("node-a", testKey, testVerifier, testInterval)
+	r, err := responder.New("node-a", testKey, testVerifier, testInterval, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -282,7 +282,9 @@ func TestLostVerdictIsSentAgain(t *testing.T) {
 // verdict, so that it takes nothing back. What an agent says it covers is only shown.
 func TestReplacedAgent(t *testing.T) {
 	port := agentPort(t)
-	rA, stopA := startResponder(t, "node-a", "127.0.0.2:"+strconv.Itoa(port))
+	// node-a's agent reports no cache version until the test sets one.
+	var version atomic.Uint64
+	rA, stopA := responderWith(t, "node-a", "127.0.0.2:"+strconv.Itoa(port), nil, version.Load)
 	rB, _ := startResponder(t, "node-b", "127.0.0.3:"+strconv.Itoa(port))
 	p, changes := startProber(t, port, testNode("node-a", "127.0.0.2"), testNode("node-b", "127.0.0.3"))
 	eventually(t, 2*time.Second, "a first verdict naming no one", func() bool { return holds(p, rB) })
@@ -306,9 +308,7 @@ func TestReplacedAgent(t *testing.T) {
 	}
 
 	// Released at version 42: replaced until node-a's cache has reached it.
-	var version atomic.Uint64
 	version.Store(41)
-	rA.SetCacheVersion(version.Load)
 	p.SetReplaced(map[string]uint64{"node-a": 42})
 	eventually(t, time.Second, "node-a's cache version seen", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.agents["node-a"].cacheVersion == 41 })
 	if got := p.Health("node-a"); got != liveness.Replaced {

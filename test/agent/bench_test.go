@@ -180,7 +180,7 @@ func (e *env) startPeers(b *testing.B, key *probe.Key, ccm *probe.Verifier) int 
 				break
 			}
 			conns = append(conns, conn)
-			r, err := responder.New(name, key, ccm, 100*time.Millisecond)
+			r, err := responder.New(name, key, ccm, 100*time.Millisecond, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

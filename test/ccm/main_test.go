@@ -207,7 +207,7 @@ func (a *agent) start() error {
 	if err != nil {
 		return err
 	}
-	r, err := responder.New(a.node, a.key, a.ccm, 100*time.Millisecond)
+	r, err := responder.New(a.node, a.key, a.ccm, 100*time.Millisecond, nil)
 	if err != nil {
 		conn.Close()
 		return err
