@@ -124,8 +124,10 @@ func TestPeerUpThenDown(t *testing.T) {
 	stop()
 	stopped := time.Now()
 	waitState(t, p, changes, "node-a", liveness.Down, 2*time.Second)
-	if took := time.Since(stopped); took > 2*interval {
-		t.Errorf("down %v after the agent stopped, want within %v: refusals and rapid probes", took, 2*interval)
+	// The next probe within an interval, then the threshold's refusals at once: a dead
+	// node's misses would take the answer's time each.
+	if took := time.Since(stopped); took > 3*interval {
+		t.Errorf("down %v after the agent stopped, want within %v: refusals and rapid probes", took, 3*interval)
 	}
 }
 
@@ -146,8 +148,8 @@ func TestPeerProbedAtOnce(t *testing.T) {
 	if took := time.Since(began); took >= cycle.Phase(node, interval)/2 {
 		t.Errorf("up %v after the start, want at once, not at its phase %v", took, cycle.Phase(node, interval))
 	}
-	if st := r.Stats(); st.Replies == 0 {
-		t.Errorf("no reply sent: %+v", st)
+	if st := r.Stats(); st.Requests == 0 {
+		t.Errorf("no request taken: %+v", st)
 	}
 }
 
