@@ -246,3 +246,48 @@ func TestBusyPeerIsNotDown(t *testing.T) {
 		t.Errorf("a stopped peer taken for down %v after its last answer, want the busy timeout, %v, and a few probes at most", took, busyTimeout)
 	}
 }
+
+// TestPeerTakesOnlyItsAnswers has a peer answer its first request, then only send back,
+// for every later request, what anyone on the path could: that first reply replayed, a
+// reply made with another key, one naming another node, and an oversized datagram. None
+// is an answer: the peer is down at the failure threshold, as a silent one is.
+func TestPeerTakesOnlyItsAnswers(t *testing.T) {
+	port := freePort(t)
+	conn, err := net.ListenPacket("udp", "127.0.0.2:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	other, _ := probe.ParseKey([]byte("another key, of the same length: 0123456789\n"))
+	go func() {
+		buf := make([]byte, probe.MaxDatagram)
+		var first []byte
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			req, err := testKey.ParseRequest(buf[:n])
+			if err != nil {
+				continue
+			}
+			if first == nil {
+				first, _ = testKey.AppendReply(nil, probe.Reply{Nonce: req.Nonce, Node: "node-a", State: probe.Ready})
+				_, _ = conn.WriteTo(first, from)
+				continue
+			}
+			forged, _ := other.AppendReply(nil, probe.Reply{Nonce: req.Nonce, Node: "node-a", State: probe.Ready})
+			misnamed, _ := testKey.AppendReply(nil, probe.Reply{Nonce: req.Nonce, Node: "node-b", State: probe.Ready})
+			for _, b := range [][]byte{first, forged, misnamed, make([]byte, 60000)} {
+				_, _ = conn.WriteTo(b, from)
+			}
+		}
+	}()
+	p, changes := start(t, port, map[string]bool{"node-a": true}, testNode("node-a", "127.0.0.2"))
+	waitState(t, p, changes, "node-a", liveness.Up, 2*time.Second)
+	answered := p.Agents()["node-a"].LastAnswer
+	waitState(t, p, changes, "node-a", liveness.Down, 2*time.Second)
+	if got := p.Agents()["node-a"].LastAnswer; !got.Equal(answered) {
+		t.Errorf("last answer %v, want the first one's %v: nothing after it was an answer", got, answered)
+	}
+}
