@@ -2,7 +2,8 @@
 # Builds the programs of the test control plane from the tools module in hack/tools into
 # hack/tools/bin: the ones named as arguments, or all of etcd, kube-apiserver,
 # kube-controller-manager, kube-proxy, kube-scheduler, kubelet and kubectl. `make demo`
-# builds only the four it runs.
+# builds only the four it runs; `make conformance` also builds e2e.test (Kubernetes' own
+# network specs, hack/tools/e2e), ginkgo and agnhost, the image those specs run.
 # A program is not built again while it was built from the same go.sum with the same Go
 # version (its stamp file, hack/tools/bin/.<name>.stamp, says which).
 set -euo pipefail
@@ -14,21 +15,25 @@ tools="$root/hack/tools"
 bin="$tools/bin"
 
 all=(etcd kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubelet kubectl)
+conformance=(e2e.test ginkgo agnhost)
 if [[ $# -gt 0 ]]; then
 	want=("$@")
 else
 	want=("${all[@]}")
 fi
 for b in "${want[@]}"; do
-	[[ " ${all[*]} " == *" $b "* ]] || { echo "tools: unknown program $b; known: ${all[*]}" >&2; exit 2; }
+	[[ " ${all[*]} ${conformance[*]} " == *" $b "* ]] || { echo "tools: unknown program $b; known: ${all[*]} ${conformance[*]}" >&2; exit 2; }
 done
 
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$tools/go.mod")
 stamp=$(stamp_of "$tools")
+# e2e.test is built from the suite file of hack/tools/e2e as well as from go.sum.
+e2e_stamp="$stamp $(cat "$tools"/e2e/*.go | sha256sum | cut -d' ' -f1)"
+stamp_for() { if [[ $1 == e2e.test ]]; then echo "$e2e_stamp"; else echo "$stamp"; fi; }
 
 build=()
 for b in "${want[@]}"; do
-	up_to_date "$bin/.$b.stamp" "$stamp" "$bin/$b" || build+=("$b")
+	up_to_date "$bin/.$b.stamp" "$(stamp_for "$b")" "$bin/$b" || build+=("$b")
 done
 if [[ ${#build[@]} -eq 0 ]]; then
 	echo "tools: ${want[*]} ($k8s_version) in hack/tools/bin are up to date"
@@ -49,10 +54,19 @@ for b in "${build[@]}"; do
 	if [[ $b == etcd ]]; then
 		echo "tools: building etcd"
 		CGO_ENABLED=0 go build -trimpath -o "$bin/etcd" go.etcd.io/etcd/server/v3
+	elif [[ $b == e2e.test ]]; then
+		echo "tools: building e2e.test $k8s_version (the network specs)"
+		CGO_ENABLED=0 go test -c -trimpath -ldflags "$ldflags" -o "$bin/e2e.test" ./e2e
+	elif [[ $b == ginkgo ]]; then
+		echo "tools: building ginkgo"
+		CGO_ENABLED=0 go build -trimpath -o "$bin/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+	elif [[ $b == agnhost ]]; then
+		echo "tools: building agnhost $k8s_version"
+		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/agnhost" k8s.io/kubernetes/test/images/agnhost
 	else
 		echo "tools: building $b $k8s_version"
 		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/$b" "k8s.io/kubernetes/cmd/$b"
 	fi
-	echo "$stamp" >"$bin/.$b.stamp"
+	stamp_for "$b" >"$bin/.$b.stamp"
 done
 echo "tools: built ${build[*]} into hack/tools/bin"
