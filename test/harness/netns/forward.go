@@ -1,10 +1,13 @@
 package netns
 
 import (
+	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"time"
@@ -29,18 +32,78 @@ func (n *Network) Forward(target string) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("forward to %s: %w", target, err)
 	}
-	f := &forwarder{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
-	n.forwarders = append(n.forwarders, f)
-	f.wg.Add(1)
-	go f.serve()
+	n.serve(ln, func(c net.Conn) (net.Conn, io.Reader, error) {
+		// This goroutine is not locked to a thread that Do switched, so the dial comes
+		// from the root namespace.
+		up, err := net.DialTimeout("tcp", target, dialTimeout)
+		return up, c, err
+	})
 	return netip.AddrPortFrom(n.Bridge.IPv4, uint16(ln.Addr().(*net.TCPAddr).Port)), nil
 }
 
-// A forwarder copies the connections accepted by ln to and from target.
+// ServeConnect serves HTTP CONNECT on the Unix socket path, from the root namespace, and
+// dials each target asked for from the bridge's namespace, which reaches the nodes and
+// their pods. It is what a kube-apiserver on the root namespace's loopback needs to reach
+// the kubelets (logs, exec, port forwarding): its egress selector's cluster connection,
+// with the HTTPConnect protocol over this socket. It serves until n is closed.
+func (n *Network) ServeConnect(path string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return fmt.Errorf("serve CONNECT on %s: network is closed", path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("serve CONNECT: %w", err)
+	}
+	n.serve(ln, n.connect)
+	return nil
+}
+
+// connect reads a CONNECT request from c, dials its target from the bridge's namespace and
+// tells c so. What c sent after the request, already read into a buffer, goes first.
+func (n *Network) connect(c net.Conn) (net.Conn, io.Reader, error) {
+	_ = c.SetReadDeadline(time.Now().Add(dialTimeout))
+	in := bufio.NewReader(c)
+	req, err := http.ReadRequest(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if req.Method != http.MethodConnect {
+		_, _ = io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\n\r\n")
+		return nil, nil, fmt.Errorf("%s %s: only CONNECT is served", req.Method, req.Host)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	up, err := n.Bridge.Dial(ctx, "tcp", req.Host)
+	if err != nil {
+		_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n")
+		return nil, nil, err
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		up.Close()
+		return nil, nil, err
+	}
+	return up, in, nil
+}
+
+// serve starts a forwarder of the connections ln accepts, each to what connect returns
+// for it. n.mu is held.
+func (n *Network) serve(ln net.Listener, connect func(net.Conn) (up net.Conn, in io.Reader, err error)) {
+	f := &forwarder{ln: ln, connect: connect, conns: make(map[net.Conn]struct{})}
+	n.forwarders = append(n.forwarders, f)
+	f.wg.Add(1)
+	go f.serve()
+}
+
+// A forwarder copies the connections accepted by ln to and from the connection connect
+// makes for each: it returns that connection and what to read of the accepted one, which
+// holds what connect read of it and did not consume.
 type forwarder struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup // serve and every connection's handle
+	ln      net.Listener
+	connect func(net.Conn) (up net.Conn, in io.Reader, err error)
+	wg      sync.WaitGroup // serve and every connection's handle
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // open connections, both sides
@@ -71,9 +134,7 @@ func (f *forwarder) handle(c net.Conn) {
 		return
 	}
 	defer f.untrack(c)
-	// This goroutine is not locked to a thread that Do switched, so the dial comes
-	// from the root namespace.
-	up, err := net.DialTimeout("tcp", f.target, dialTimeout)
+	up, in, err := f.connect(c)
 	if err != nil {
 		return
 	}
@@ -84,15 +145,15 @@ func (f *forwarder) handle(c net.Conn) {
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); pipe(up, c) }()
-	go func() { defer wg.Done(); pipe(c, up) }()
+	go func() { defer wg.Done(); pipe(up, in, c) }()
+	go func() { defer wg.Done(); pipe(c, up, up) }()
 	wg.Wait()
 }
 
-// pipe copies src to dst and then passes the end of the stream on. On an error it
-// closes both, so that the other direction ends too.
-func pipe(dst, src net.Conn) {
-	if _, err := io.Copy(dst, src); err != nil {
+// pipe copies in, which reads src, to dst and then passes the end of the stream on. On an
+// error it closes both, so that the other direction ends too.
+func pipe(dst net.Conn, in io.Reader, src net.Conn) {
+	if _, err := io.Copy(dst, in); err != nil {
 		dst.Close()
 		src.Close()
 		return

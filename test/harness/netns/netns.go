@@ -108,6 +108,9 @@ type Network struct {
 	// Bridge is the namespace that holds the bridge; its Interface is br0, which has an
 	// address of its own that Forward listens on.
 	Bridge *Host
+	// Router and RoutedClient are nil until AddRouter: a router on the segment and a
+	// client on a subnet of its own behind it.
+	Router, RoutedClient *Host
 	// Subnet4 and Subnet6 are the prefixes of the segment: 198.18.0.0/24 and
 	// fd00:198:18::/64.
 	Subnet4, Subnet6 netip.Prefix
