@@ -15,13 +15,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
@@ -29,9 +25,8 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/ci"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/kubeproxy"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/kubenodes"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/node"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/poll"
 )
 
@@ -41,19 +36,6 @@ const (
 	imageVersionEnv = "BAREMETAL_IMAGE_VERSION"
 	nodeImagesEnv   = "BAREMETAL_NODE_IMAGES"
 )
-
-// installControllers are the controllers of kube-controller-manager that an install
-// needs: the workloads' (a Deployment's ReplicaSets and Pods, a DaemonSet's Pods), the
-// ServiceAccounts and the CA ConfigMap of each namespace that the ServiceAccount admission
-// plugin and the Pods' token volumes need, the node lifecycle controller that lifts the
-// not-ready taint a kubelet registers its node with, and what a deletion needs (the
-// namespace's contents, the garbage collector's dependents).
-var installControllers = []string{
-	"deployment-controller", "replicaset-controller", "daemonset-controller",
-	"serviceaccount-controller", "root-ca-certificate-publisher-controller",
-	"node-lifecycle-controller", "namespace-controller", "garbage-collector-controller",
-	"endpointslice-controller",
-}
 
 // TestInstall follows docs/install.md's Install as an operator would, on nodes that run
 // the real kubelet and containerd: it writes a release from the archives of make images,
@@ -72,7 +54,10 @@ func TestInstall(t *testing.T) {
 		t.Skipf("%s, %s and %s are not set: run make images node-images, and the test with them", imagesEnv, imageVersionEnv, nodeImagesEnv)
 	}
 	ctx := t.Context()
-	release := writeRelease(t, version, imagesDir)
+	release := filepath.Join(t.TempDir(), version)
+	if err := install.WriteRelease(ctx, version, imagesDir, release); err != nil {
+		t.Fatal(err)
+	}
 
 	// A control plane of its own: the ServiceAccount admission plugin on, so that Pods
 	// get their token volume, as in every cluster.
@@ -81,7 +66,7 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	controlplane.ControllerManagerForTest(t, cp, installControllers...)
+	controlplane.ControllerManagerForTest(t, cp, kubenodes.Controllers...)
 	controlplane.SchedulerForTest(t, cp)
 
 	t.Cleanup(func() {
@@ -90,22 +75,16 @@ func TestInstall(t *testing.T) {
 		}
 	})
 	network := netns.ForTest(t, 2)
-	api, serverName := apiForNodes(t, cp, network, admin)
-	nodes := startNodes(t, cp, network, admin, api, serverName, pauseArchive)
+	nodes := kubenodes.StartForTest(t, cp, network, pauseArchive)
 
 	// docs/install.md, Install, step 4: the images, from the release's archives, on every node.
-	images := releaseImages(t, filepath.Join(release, "install.yaml"))
-	for _, n := range nodes {
-		for archive, ref := range images {
-			name, err := n.Import(ctx, filepath.Join(release, archive))
-			if err != nil {
-				t.Fatal(err)
-			}
-			repo, _, _ := strings.Cut(ref, ":")
-			if _, err := n.Ctr(ctx, "images", "tag", name, repo+"@"+strings.SplitN(ref, "@", 2)[1]); err != nil {
-				t.Fatal(err)
-			}
-		}
+	images, err := install.ReleaseImages(filepath.Join(release, "install.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for archive, ref := range images {
+		repo, _, _ := strings.Cut(ref, ":")
+		nodes.Import(t, filepath.Join(release, archive), repo+"@"+strings.SplitN(ref, "@", 2)[1])
 	}
 
 	// The page's commands, as they are written, in the release's directory.
@@ -157,7 +136,7 @@ func TestInstall(t *testing.T) {
 		_, err := admin.CoreV1().Namespaces().Get(ctx, "baremetal-system", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), client(err)
 	}, "the namespace baremetal-system")
-	for _, n := range nodes {
+	for _, n := range nodes.Nodes {
 		var left string
 		waitFor(t, func() (bool, error) {
 			out, err := n.Ctr(ctx, "containers", "list", "-q")
@@ -173,185 +152,6 @@ func client(err error) error {
 		return nil
 	}
 	return err
-}
-
-// writeRelease writes the release version from the archives in imagesDir, as make release
-// does once it has built them, and returns its directory.
-func writeRelease(t *testing.T, version, imagesDir string) string {
-	t.Helper()
-	root, err := render.ManifestsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), version)
-	cmd := exec.CommandContext(t.Context(), "go", "run", "./hack/release", "-version", version, "-images", imagesDir, "-out", out)
-	cmd.Dir = filepath.Dir(root)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("write the release: %v\n%s", err, b)
-	}
-	return out
-}
-
-// apiForNodes makes the API server reachable from the nodes: at a forwarder on the
-// bridge, which the kubelets are given, and at the kubernetes Service's ClusterIP, which
-// pods get from the kubelet and kube-proxy sends to that forwarder. It returns the
-// forwarder's address and the name in the API server's certificate.
-func apiForNodes(t *testing.T, cp *controlplane.ControlPlane, network *netns.Network, admin kubernetes.Interface) (netip.AddrPort, string) {
-	t.Helper()
-	host := strings.TrimPrefix(cp.AdminConfig().Host, "https://")
-	api, err := network.Forward(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The control plane writes no endpoints for the kubernetes Service (its API server
-	// listens on loopback): this slice says where the nodes reach it.
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kubernetes",
-			discoveryv1.LabelManagedBy:   "e2e.test",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{api.Addr().String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(api.Port())), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}
-	if _, err := admin.DiscoveryV1().EndpointSlices("default").Create(t.Context(), slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The bridge's namespace stands for the machine the API server runs on, which
-	// reaches the pods of every node, as a cluster's network routes them.
-	for _, h := range network.Nodes {
-		if _, err := network.Bridge.Run(t.Context(), "ip", "route", "add", h.PodSubnet4.String(), "via", h.IPv4.String()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	name, _, _ := strings.Cut(host, ":")
-	return api, name
-}
-
-// startNodes runs containerd, the kubelet and kube-proxy on every node of net, and
-// returns once every Node is Ready.
-func startNodes(t *testing.T, cp *controlplane.ControlPlane, network *netns.Network, admin kubernetes.Interface, api netip.AddrPort, serverName, pauseArchive string) []*node.Node {
-	t.Helper()
-	ctx := t.Context()
-	// The kubelets' credentials: RBAC's system:node role, granted to the group of the
-	// nodes, as clusters did before the Node authorizer (this control plane runs RBAC
-	// alone).
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-nodes"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
-	}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := cp.KubeProxyConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxyKubeconfig := nodeKubeconfig(t, proxy, api, serverName, "kube-proxy")
-	var nodes []*node.Node
-	for _, h := range network.Nodes {
-		// In a cluster the nodes' default route covers the Service range; kube-proxy
-		// sends what goes there on to its endpoints.
-		for _, r := range []string{"10.96.0.0/16", "fd00:10:96::/112"} {
-			if _, err := h.Run(ctx, "ip", "route", "add", r, "dev", h.Interface); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cfg, err := cp.UserConfig("system:node:"+h.Label, "system:nodes")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir, err := os.MkdirTemp("", "bmt-node-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := node.Start(ctx, node.Config{
-			Host:         h,
-			Dir:          dir,
-			Kubeconfig:   nodeKubeconfig(t, cfg, api, serverName, "kubelet-"+h.Label),
-			PauseArchive: pauseArchive,
-			PodSubnet:    h.PodSubnet4,
-		})
-		if err != nil {
-			os.RemoveAll(dir)
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Log(n.Logs())
-			}
-			if err := n.Close(); err != nil {
-				t.Errorf("stop node %s: %v", h.Label, err)
-			}
-			os.RemoveAll(dir)
-		})
-		nodes = append(nodes, n)
-	}
-	for _, h := range network.Nodes {
-		waitFor(t, func() (bool, error) {
-			n, err := admin.CoreV1().Nodes().Get(ctx, h.Label, metav1.GetOptions{})
-			if err != nil {
-				return false, client(err)
-			}
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					return c.Status == corev1.ConditionTrue, nil
-				}
-			}
-			return false, nil
-		}, "node "+h.Label+" Ready")
-		kp, err := kubeproxy.Start(ctx, h, kubeproxy.Config{
-			NodeName:     h.Label,
-			Kubeconfig:   proxyKubeconfig,
-			ClusterCIDRs: []netip.Prefix{network.PodSubnet4, network.PodSubnet6},
-			Dir:          t.TempDir(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("kube-proxy on %s log:\n%s", h.Label, kp.Logs())
-			}
-			if err := kp.Stop(); err != nil {
-				t.Errorf("stop kube-proxy on %s: %v", h.Label, err)
-			}
-		})
-	}
-	return nodes
-}
-
-// nodeKubeconfig writes a kubeconfig of cfg's credentials that reaches the API server at
-// api, from inside the nodes, and returns its path.
-func nodeKubeconfig(t *testing.T, cfg *rest.Config, api netip.AddrPort, serverName, name string) string {
-	t.Helper()
-	cfg = rest.CopyConfig(cfg)
-	cfg.Host = "https://" + api.String()
-	cfg.ServerName = serverName
-	path := filepath.Join(t.TempDir(), name+".kubeconfig")
-	if err := install.WriteKubeconfig(cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// releaseImages returns, for each image archive of a release, the reference its
-// install.yaml runs: <repository>:<tag>@<digest>.
-func releaseImages(t *testing.T, path string) map[string]string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+image: (\S+/(baremetal-[a-z]+):\S+@sha256:[0-9a-f]{64})$`).FindAllStringSubmatch(string(data), -1) {
-		images[m[2]+".oci.tar"] = m[1]
-	}
-	if len(images) != 2 {
-		t.Fatalf("%s runs the images %v, want one of each program", path, images)
-	}
-	return images
 }
 
 // readmeBlocks are the shell blocks of the install page's Install section that the test

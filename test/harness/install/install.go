@@ -9,6 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -113,4 +117,39 @@ func Get(ctx context.Context, client *http.Client, url string) (int, string, err
 		return 0, "", fmt.Errorf("GET %s: %w", url, err)
 	}
 	return resp.StatusCode, string(body), nil
+}
+
+// WriteRelease writes release version into out from the image archives in imagesDir, as
+// make release does once it has built them.
+func WriteRelease(ctx context.Context, version, imagesDir, out string) error {
+	root, err := render.ManifestsDir()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "run", "./hack/release", "-version", version, "-images", imagesDir, "-out", out)
+	cmd.Dir = filepath.Dir(root)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("write release %s: %w\n%s", version, err, b)
+	}
+	return nil
+}
+
+// releaseImage matches an image reference of a release's install.yaml.
+var releaseImage = regexp.MustCompile(`(?m)^\s+image: (\S+/(baremetal-[a-z]+):\S+@sha256:[0-9a-f]{64})$`)
+
+// ReleaseImages returns, for each image archive of a release, the reference the release's
+// install.yaml at path runs: <repository>:<tag>@<digest>.
+func ReleaseImages(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	images := map[string]string{}
+	for _, m := range releaseImage.FindAllStringSubmatch(string(data), -1) {
+		images[m[2]+".oci.tar"] = m[1]
+	}
+	if len(images) != 2 {
+		return nil, fmt.Errorf("%s runs the images %v, want one of each program", path, images)
+	}
+	return images, nil
 }
