@@ -25,7 +25,7 @@ for b in "${want[@]}"; do
 	[[ " ${all[*]} ${conformance[*]} " == *" $b "* ]] || { echo "tools: unknown program $b; known: ${all[*]} ${conformance[*]}" >&2; exit 2; }
 done
 
-k8s_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$tools/go.mod")
+k8s_version=$(cd "$tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 stamp=$(stamp_of "$tools")
 # e2e.test is built from the suite file of hack/tools/e2e as well as from go.sum.
 e2e_stamp="$stamp $(cat "$tools"/e2e/*.go | sha256sum | cut -d' ' -f1)"

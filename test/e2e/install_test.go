@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +19,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
-	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/internal/render"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/ci"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
@@ -92,10 +89,13 @@ func TestInstall(t *testing.T) {
 	if err := install.WriteKubeconfig(cp.AdminConfig(), kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	shell := readmeShell(t, release, kubeconfig)
-	blocks := installBlocks(t)
-	shell(t, blocks.probeKey)
-	shell(t, blocks.apply)
+	shell := install.ShellForTest(t, release, kubeconfig, install.EditorForTest(t, cloudConfig))
+	blocks, err := install.ReadBlocks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell(t, blocks.ProbeKey)
+	shell(t, blocks.Apply)
 
 	// A Service, given an address and announced.
 	svc := &corev1.Service{
@@ -131,7 +131,7 @@ func TestInstall(t *testing.T) {
 		_, err := admin.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), client(err)
 	}, "the Service web, its finalizer removed by the ccm")
-	shell(t, blocks.uninstall)
+	shell(t, blocks.Uninstall)
 	waitFor(t, func() (bool, error) {
 		_, err := admin.CoreV1().Namespaces().Get(ctx, "baremetal-system", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), client(err)
@@ -152,84 +152,6 @@ func client(err error) error {
 		return nil
 	}
 	return err
-}
-
-// readmeBlocks are the shell blocks of the install page's Install section that the test
-// runs.
-type readmeBlocks struct {
-	probeKey, apply, uninstall string
-}
-
-// installBlocks reads the shell blocks of the Install section of docs/install.md: the
-// probe key (step 3), kubectl apply, and Uninstall's kubectl delete.
-func installBlocks(t *testing.T) readmeBlocks {
-	t.Helper()
-	root, err := render.ManifestsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(root), "docs", "install.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := string(data)
-	start := strings.Index(section, "\n## Install\n")
-	if start < 0 {
-		t.Fatal("docs/install.md has no Install section")
-	}
-	section = section[start+1:]
-	if end := strings.Index(section, "\n## "); end >= 0 {
-		section = section[:end]
-	}
-	var b readmeBlocks
-	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
-		block := m[1]
-		switch {
-		case strings.Contains(block, "create secret generic baremetal-probe-key"):
-			b.probeKey = block
-		case strings.Contains(block, "kubectl apply -f install.yaml"):
-			b.apply = block
-		case strings.Contains(block, "kubectl delete -f install.yaml"):
-			b.uninstall = block
-		}
-	}
-	if b.probeKey == "" || b.apply == "" || b.uninstall == "" {
-		t.Fatalf("docs/install.md's Install section lacks a block of the probe key, kubectl apply or kubectl delete: %+v", b)
-	}
-	return b
-}
-
-// readmeShell returns a function that runs a block of the install page's commands with sh -e in
-// dir, with the tools module's kubectl on PATH, the admin kubeconfig, and an $EDITOR that
-// puts this test's cloud-config into install.yaml.
-func readmeShell(t *testing.T, dir, kubeconfig string) func(*testing.T, string) {
-	t.Helper()
-	bin, err := controlplane.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	editor := filepath.Join(t.TempDir(), "editor")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := fmt.Sprintf("#!/bin/sh\nexec env %s=1 %q \"$@\"\n", editInstallEnv, self)
-	if err := os.WriteFile(editor, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return func(t *testing.T, block string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "sh", "-ex", "-c", block)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECONFIG="+kubeconfig, "EDITOR="+editor)
-		out, err := cmd.CombinedOutput()
-		t.Logf("docs/install.md's\n%s\n%s", block, out)
-		if err != nil {
-			t.Fatalf("docs/install.md's commands failed: %v", err)
-		}
-	}
 }
 
 // waitAnnounced waits until the Service default/web has an address and an announcer
@@ -299,41 +221,6 @@ func waitFor(t *testing.T, done func() (bool, error), what string, last ...*stri
 		}
 		return ok, why
 	})
-}
-
-// editInstallEnv, set, makes the test binary the $EDITOR of the install page's commands: it puts
-// the test's cloud-config into the install.yaml it is given, as an operator does by hand.
-const editInstallEnv = "BAREMETAL_E2E_EDIT_INSTALL"
-
-// editInstall puts the test's cloud-config into the ConfigMap of the install.yaml at
-// path: what the page's `$EDITOR install.yaml` asks of an operator.
-func editInstall(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	docs := strings.Split(string(data), "\n---\n")
-	edited := false
-	for i, doc := range docs {
-		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			return fmt.Errorf("%s, document %d: %w", path, i+1, err)
-		}
-		meta, _ := obj["metadata"].(map[string]any)
-		if name, _ := meta["name"].(string); obj["kind"] != "ConfigMap" || !strings.HasPrefix(name, "cloud-config") {
-			continue
-		}
-		obj["data"] = map[string]any{"cloud-config.yaml": cloudConfig}
-		out, err := yaml.Marshal(obj)
-		if err != nil {
-			return err
-		}
-		docs[i], edited = string(out), true
-	}
-	if !edited {
-		return fmt.Errorf("%s has no ConfigMap cloud-config-<hash>", path)
-	}
-	return os.WriteFile(path, []byte(strings.Join(docs, "\n---\n")), 0o644)
 }
 
 // logPods logs the phase and conditions of every pod, and the states of its containers.

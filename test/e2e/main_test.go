@@ -20,20 +20,15 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/install"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/testbed"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/traffic"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(editInstallEnv) != "" {
-		// The $EDITOR of TestInstall's docs/install.md commands, not a test run.
-		if err := editInstall(os.Args[len(os.Args)-1]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	// The $EDITOR of TestInstall's docs/install.md commands, when it runs as that.
+	install.RunEditor()
 	// Every Service of the tests is externalTrafficPolicy Local, which takes a health
 	// check node port: the default range has 2,768, the failover benchmark makes 5,000.
 	os.Exit(controlplane.RunTests(m, controlplane.WithAPIServerFlag("service-node-port-range", "20000-32767")))
