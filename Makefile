@@ -113,6 +113,21 @@ node-images: ## The pause image of the install test's kubelets (hack/pause), for
 	$(GO) -C hack/image run . build -programs baremetal-pause -bin $(abspath $(NODE_BIN)) -platforms linux/$$arch \
 		-registry localhost/baremetal-test -version test -revision $(COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH)
 
+# Kubernetes' [Feature:LoadBalancer] specs run their pods from agnhost, under the name
+# they give it; the nodes import this archive instead of pulling it.
+CONFORMANCE_BIN := $(BIN)/conformance
+CONFORMANCE_REGISTRY := registry.k8s.io/e2e-test-images
+
+.PHONY: conformance-images
+conformance-images: ## Kubernetes' e2e image agnhost (hack/tools' agnhost with Debian's sh, curl and nc: hack/agnhost-rootfs.sh), named as the specs name it, for this machine's architecture, into bin/conformance/agnhost.oci.tar
+	@./hack/build-tools.sh agnhost
+	@arch=$$($(GO) env GOARCH); \
+	k8s=$$($(GO) -C hack/tools list -m -f '{{.Dir}}' k8s.io/kubernetes) && version=$$(cat "$$k8s/test/images/agnhost/VERSION") && \
+	./hack/agnhost-rootfs.sh $(CONFORMANCE_BIN)/rootfs/linux_$$arch && \
+	mkdir -p $(CONFORMANCE_BIN)/linux_$$arch && cp $(TOOLSBIN)/agnhost $(CONFORMANCE_BIN)/linux_$$arch/agnhost && \
+	$(GO) -C hack/image run . build -programs agnhost -bin $(abspath $(CONFORMANCE_BIN)) -rootfs $(abspath $(CONFORMANCE_BIN)/rootfs) \
+		-platforms linux/$$arch -registry $(CONFORMANCE_REGISTRY) -version $$version -revision $(COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH)
+
 # The end-to-end TestUpgrade moves from the images of bin/ to these: the same programs
 # stamped with another version, so other images.
 UPGRADE_BIN := $(BIN)/upgrade

@@ -48,6 +48,9 @@ test=(
 	"/usr/lib/cni/loopback|containernetworking-plugins|the install test's pods' loopback"
 	"/usr/bin/chromium|chromium|the status page is loaded in a real browser"
 	"promtool|prometheus|the chart's alert rules (only promtool is taken, not the server)"
+	"/bin/dash|dash|/bin/sh of make conformance-images' agnhost image (hack/agnhost-rootfs.sh)"
+	"/usr/bin/curl|curl|curl of make conformance-images' agnhost image, which the e2e specs run in pods"
+	"/bin/nc.openbsd|netcat-openbsd|nc of make conformance-images' agnhost image, which the e2e specs run in pods"
 )
 case "$what" in
 demo) needs=("${demo[@]}") ;;

@@ -3,12 +3,16 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -34,6 +38,18 @@ type program struct {
 	description string
 	// user is the image's USER, uid:gid.
 	user string
+	// path is where the binary sits in the image, absolute; empty is binDir/<name>.
+	path string
+	// cmd is the image's CMD: the arguments of the binary when a container gives none.
+	cmd []string
+}
+
+// entrypoint is the path of p's binary in its image, which the image runs.
+func (p program) entrypoint() string {
+	if p.path != "" {
+		return p.path
+	}
+	return binDir + "/" + p.name
 }
 
 // programs are the images the project ships.
@@ -62,6 +78,16 @@ var testPrograms = []program{
 		name:        "baremetal-pause",
 		description: "pod sandbox process of the install test's containerd: holds a pod's namespaces until SIGTERM",
 		user:        nonroot,
+	},
+	{
+		name:        "agnhost",
+		description: "Kubernetes' e2e test image agnhost (k8s.io/kubernetes/test/images/agnhost), with only the userland of the specs run against the project: sh, curl and OpenBSD nc",
+		// Root, as upstream's image: the specs' servers listen on port 80.
+		user: "0:0",
+		// Where upstream's image has it, and its CMD: pods give only agnhost's arguments
+		// (netexec --http-port=80), and a pod that gives none pauses.
+		path: "/agnhost",
+		cmd:  []string{"pause"},
 	},
 }
 
@@ -102,15 +128,16 @@ func (s stamp) annotations(p program) map[string]string {
 }
 
 // buildIndex builds the image index of p: one image per platform, each around the binary
-// that binaries names for the platform ("linux/amd64").
-func buildIndex(p program, binaries map[string]string, platforms []v1.Platform, s stamp) (v1.ImageIndex, error) {
+// that binaries names for the platform ("linux/amd64") and the root file system tree that
+// trees names for it, if any.
+func buildIndex(p program, binaries, trees map[string]string, platforms []v1.Platform, s stamp) (v1.ImageIndex, error) {
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, plat := range platforms {
 		path, ok := binaries[plat.String()]
 		if !ok {
 			return nil, fmt.Errorf("%s: no binary for %s", p.name, plat)
 		}
-		img, err := buildImage(p, plat, path, s)
+		img, err := buildImage(p, plat, path, trees[plat.String()], s)
 		if err != nil {
 			return nil, err
 		}
@@ -119,13 +146,22 @@ func buildIndex(p program, binaries map[string]string, platforms []v1.Platform, 
 	return mutate.Annotations(idx, s.annotations(p)).(v1.ImageIndex), nil
 }
 
-// buildImage builds the image of p for plat around the binary at path.
-func buildImage(p program, plat v1.Platform, path string, s stamp) (v1.Image, error) {
+// buildImage builds the image of p for plat around the binary at path and, unless tree is
+// empty, the root file system tree in the directory tree.
+func buildImage(p program, plat v1.Platform, path, tree string, s stamp) (v1.Image, error) {
 	binary, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s for %s: %w", p.name, plat, err)
 	}
-	layer, err := rootfs(p, binary, s.created)
+	createdBy := "make images: " + filepath.Base(path) + ", /etc/passwd, /etc/group"
+	var extra []entry
+	if tree != "" {
+		if extra, err = readTree(tree); err != nil {
+			return nil, fmt.Errorf("%s for %s: -rootfs: %w", p.name, plat, err)
+		}
+		createdBy += fmt.Sprintf(", %d entries of a root file system tree", len(extra))
+	}
+	layer, err := rootfs(p, binary, extra, s.created)
 	if err != nil {
 		return nil, fmt.Errorf("%s for %s: layer: %w", p.name, plat, err)
 	}
@@ -134,7 +170,7 @@ func buildImage(p program, plat v1.Platform, path string, s stamp) (v1.Image, er
 		Layer: layer,
 		History: v1.History{
 			Created:   v1.Time{Time: s.created},
-			CreatedBy: "make images: " + filepath.Base(path) + ", /etc/passwd, /etc/group",
+			CreatedBy: createdBy,
 		},
 	})
 	if err != nil {
@@ -150,7 +186,8 @@ func buildImage(p program, plat v1.Platform, path string, s stamp) (v1.Image, er
 	cf.Architecture = plat.Architecture
 	cf.Variant = plat.Variant
 	cf.Config = v1.Config{
-		Entrypoint: []string{binDir + "/" + p.name},
+		Entrypoint: []string{p.entrypoint()},
+		Cmd:        p.cmd,
 		User:       p.user,
 		WorkingDir: "/",
 		Labels:     s.annotations(p),
@@ -171,53 +208,92 @@ const (
 		"nonroot:x:65532:\n"
 )
 
-// entry is one file or directory of a layer.
+// entry is one directory, regular file or symbolic link of a layer.
 type entry struct {
-	name     string
+	// name is the path below /, with no slash at either end.
+	name string
+	// typ is tar.TypeDir, tar.TypeReg or tar.TypeSymlink.
+	typ      byte
 	mode     int64
 	uid, gid int
-	data     []byte // nil for a directory
+	data     []byte // of a regular file
+	link     string // target of a symbolic link, as it is written
+}
+
+// dir is a directory of a layer, owned by root.
+func dir(name string, mode int64) entry {
+	return entry{name: name, typ: tar.TypeDir, mode: mode}
+}
+
+// file is a regular file of a layer, owned by root.
+func file(name string, mode int64, data []byte) entry {
+	return entry{name: name, typ: tar.TypeReg, mode: mode, data: data}
+}
+
+// tarName is the name of e in a tar: a directory's ends in a slash, as GNU tar writes it.
+func (e entry) tarName() string {
+	if e.typ == tar.TypeDir {
+		return e.name + "/"
+	}
+	return e.name
 }
 
 // rootfs is the one layer of an image of p: the binary, /etc/passwd and /etc/group, the
-// users' homes, and the directories above them. The tar is written by hand rather than
-// from a directory, so that nothing of the machine that builds it (file times, owners,
-// umask, the order a directory lists in) ends up in it.
-func rootfs(p program, binary []byte, created time.Time) (v1.Layer, error) {
-	entries := []entry{
-		{name: "etc/", mode: 0o755},
-		{name: "etc/group", mode: 0o644, data: []byte(group)},
-		{name: "etc/passwd", mode: 0o644, data: []byte(passwd)},
-		{name: "home/", mode: 0o755},
-		{name: "home/nonroot/", mode: 0o700, uid: 65532, gid: 65532},
-		{name: "root/", mode: 0o700},
-		{name: "usr/", mode: 0o755},
-		{name: "usr/local/", mode: 0o755},
-		{name: "usr/local/bin/", mode: 0o755},
-		{name: "usr/local/bin/" + p.name, mode: 0o755, data: binary},
+// users' homes, the directories above them, and the entries of tree (readTree). The tar is
+// written by hand rather than from a directory, so that nothing of the machine that builds
+// it (file times, owners, umask, the order a directory lists in) ends up in it.
+func rootfs(p program, binary []byte, tree []entry, created time.Time) (v1.Layer, error) {
+	own := []entry{
+		dir("etc", 0o755),
+		file("etc/group", 0o644, []byte(group)),
+		file("etc/passwd", 0o644, []byte(passwd)),
+		dir("home", 0o755),
+		{name: "home/nonroot", typ: tar.TypeDir, mode: 0o700, uid: 65532, gid: 65532},
+		dir("root", 0o700),
 	}
+	bin := strings.TrimPrefix(p.entrypoint(), "/")
+	for d := path.Dir(bin); d != "."; d = path.Dir(d) {
+		own = append(own, dir(d, 0o755))
+	}
+	own = append(own, file(bin, 0o755, binary))
+	entries := map[string]entry{}
+	for _, e := range own {
+		entries[e.name] = e
+	}
+	for _, e := range tree {
+		mine, ok := entries[e.name]
+		if !ok {
+			entries[e.name] = e
+			continue
+		}
+		// A directory that the image has too stays the image's, with its owner and mode:
+		// /root and /home/nonroot are private. Anything else would replace a file the
+		// image depends on, or put a link where the image has a directory.
+		if mine.typ != tar.TypeDir || e.typ != tar.TypeDir {
+			return nil, fmt.Errorf("/%s: the tree has one, and the image has its own", e.name)
+		}
+	}
+	// In name order, which puts every directory before what it holds.
+	sorted := slices.SortedFunc(maps.Values(entries), func(a, b entry) int { return cmp.Compare(a.tarName(), b.tarName()) })
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
+	for _, e := range sorted {
 		h := &tar.Header{
-			Name:    e.name,
-			Mode:    e.mode,
-			Uid:     e.uid,
-			Gid:     e.gid,
-			ModTime: created,
-			Format:  tar.FormatUSTAR,
-		}
-		if e.data == nil {
-			h.Typeflag = tar.TypeDir
-		} else {
-			h.Typeflag = tar.TypeReg
-			h.Size = int64(len(e.data))
+			Typeflag: e.typ,
+			Name:     e.tarName(),
+			Linkname: e.link,
+			Size:     int64(len(e.data)),
+			Mode:     e.mode,
+			Uid:      e.uid,
+			Gid:      e.gid,
+			ModTime:  created,
+			Format:   tar.FormatUSTAR,
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("%s: %w", e.name, err)
+			return nil, fmt.Errorf("%s: %w", h.Name, err)
 		}
 		if _, err := tw.Write(e.data); err != nil {
-			return nil, fmt.Errorf("%s: %w", e.name, err)
+			return nil, fmt.Errorf("%s: %w", h.Name, err)
 		}
 	}
 	if err := tw.Close(); err != nil {

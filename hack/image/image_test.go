@@ -63,7 +63,7 @@ func TestArchivesAreReproducible(t *testing.T) {
 	bin := fakeBinaries(t)
 	build := func(bin string, s stamp) (v1.Hash, [sha256.Size]byte) {
 		t.Helper()
-		out, digest, err := buildArchive(programs[0], bin, testPlatforms, "registry.test/project", s)
+		out, digest, err := buildArchive(programs[0], bin, "", testPlatforms, "registry.test/project", s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func TestArchiveContent(t *testing.T) {
 	s := stamp{version: "v1.2.3-4-gabcdef0", revision: "0123456789abcdef0123456789abcdef01234567", created: time.Unix(1700000000, 0).UTC()}
 	bin := fakeBinaries(t)
 	for _, p := range programs {
-		out, _, err := buildArchive(p, bin, testPlatforms, "registry.test/project/", s)
+		out, _, err := buildArchive(p, bin, "", testPlatforms, "registry.test/project/", s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,12 @@ func checkImage(t *testing.T, a archive, m v1.Descriptor, name string, s stamp, 
 	if mt, _ := layers[0].MediaType(); mt != types.OCILayer {
 		t.Errorf("%s: layer media type %q, want %q", what, mt, types.OCILayer)
 	}
-	files := layerFiles(t, what, layers[0], s.created)
+	content := layerFiles(t, what, layers[0], s.created)
+	// A link could be a shell under another name.
+	for name, target := range content.links {
+		t.Errorf("%s: %s is a link to %s, want only files and directories", what, name, target)
+	}
+	files := content.files
 	binary, ok := files[strings.TrimPrefix(entrypoint, "/")]
 	if !ok {
 		t.Fatalf("%s: no %s in the layer; files: %v", what, entrypoint, slices.Sorted(maps.Keys(files)))
@@ -256,16 +261,25 @@ type layerFile struct {
 	data []byte
 }
 
-// layerFiles returns the regular files of l by path, and checks that every entry is owned
-// by root (or by nonroot, its home) and dated created.
-func layerFiles(t *testing.T, what string, l v1.Layer, created time.Time) map[string]layerFile {
+// layerContent is what a layer holds, by path.
+type layerContent struct {
+	files map[string]layerFile
+	// links are the symbolic links, with their targets.
+	links map[string]string
+	// dirs are the directories (their names without the slash), with their modes.
+	dirs map[string]int64
+}
+
+// layerFiles returns what l holds, and checks that every entry is owned by root (or by
+// nonroot, its home), dated created, and in name order.
+func layerFiles(t *testing.T, what string, l v1.Layer, created time.Time) layerContent {
 	t.Helper()
 	rc, err := l.Uncompressed()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	files := map[string]layerFile{}
+	content := layerContent{files: map[string]layerFile{}, links: map[string]string{}, dirs: map[string]int64{}}
 	var names []string
 	tr := tar.NewReader(rc)
 	for {
@@ -285,19 +299,21 @@ func layerFiles(t *testing.T, what string, l v1.Layer, created time.Time) map[st
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
+			content.dirs[strings.TrimSuffix(h.Name, "/")] = h.Mode
 		case tar.TypeReg:
 			var b bytes.Buffer
 			if _, err := io.Copy(&b, tr); err != nil {
 				t.Fatalf("%s: %s: %v", what, h.Name, err)
 			}
-			files[h.Name] = layerFile{mode: h.Mode, data: b.Bytes()}
+			content.files[h.Name] = layerFile{mode: h.Mode, data: b.Bytes()}
+		case tar.TypeSymlink:
+			content.links[h.Name] = h.Linkname
 		default:
-			// A link could be a shell under another name.
-			t.Errorf("%s: %s is of type %q, want only files and directories", what, h.Name, h.Typeflag)
+			t.Errorf("%s: %s is of type %q, want only files, directories and links", what, h.Name, h.Typeflag)
 		}
 	}
 	if !slices.IsSorted(names) {
 		t.Errorf("%s: layer entries not in order: %v", what, names)
 	}
-	return files
+	return content
 }

@@ -1,7 +1,7 @@
 // Command image builds the container images of baremetal-ccm and baremetal-agent without a
 // container engine, and pushes them.
 //
-//	image build -bin DIR -platforms linux/amd64,linux/arm64 -registry R -version V -revision SHA -source-date-epoch N [-programs baremetal-ccm,baremetal-agent]
+//	image build -bin DIR -platforms linux/amd64,linux/arm64 -registry R -version V -revision SHA -source-date-epoch N [-programs baremetal-ccm,baremetal-agent] [-rootfs TREES]
 //	image push -bin DIR -registry R -version V
 //
 // build reads the static binaries DIR/<os>_<arch>/<name> and writes, for each program, one
@@ -11,6 +11,11 @@
 // shell, no package manager. Everything in it comes from the flags and the binaries, and
 // every timestamp is -source-date-epoch (the commit's time): nothing reads the clock, so
 // two builds of one commit are identical to the byte.
+//
+// -rootfs is for the tests' images: TREES/<os>_<arch> is a directory tree that each image
+// of that platform holds too, beneath /, such as the shell, programs and shared libraries
+// of make conformance-images' agnhost. Its files, links and directories keep their modes
+// and nothing else of the machine: owned by root, dated -source-date-epoch.
 //
 // push pushes the index in each DIR/<name>.oci.tar to R/<name>:V, with the credentials
 // that docker login or podman login stored.
@@ -63,6 +68,7 @@ func build(args []string) error {
 	revision := fs.String("revision", "", "git commit built, for org.opencontainers.image.revision")
 	epoch := fs.String("source-date-epoch", "", "Unix time of every timestamp in the images: the commit's")
 	names := fs.String("programs", "baremetal-ccm,baremetal-agent", "programs to build an image of, comma-separated")
+	trees := fs.String("rootfs", "", "directory of root file system trees (<os>_<arch>/), each added beneath / to the images of its platform; none if empty")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,7 +89,7 @@ func build(args []string) error {
 		if err != nil {
 			return err
 		}
-		out, digest, err := buildArchive(p, *bin, platforms, *registry, s)
+		out, digest, err := buildArchive(p, *bin, *trees, platforms, *registry, s)
 		if err != nil {
 			return err
 		}
@@ -92,14 +98,18 @@ func build(args []string) error {
 	return nil
 }
 
-// buildArchive builds the index of p from the binaries under bin and writes it to
-// bin/<name>.oci.tar, returning that path and the index's digest.
-func buildArchive(p program, bin string, platforms []v1.Platform, registry string, s stamp) (string, v1.Hash, error) {
-	binaries := map[string]string{}
+// buildArchive builds the index of p from the binaries under bin and, unless trees is
+// empty, the root file system trees under it, and writes it to bin/<name>.oci.tar,
+// returning that path and the index's digest.
+func buildArchive(p program, bin, trees string, platforms []v1.Platform, registry string, s stamp) (string, v1.Hash, error) {
+	binaries, rootfses := map[string]string{}, map[string]string{}
 	for _, plat := range platforms {
 		binaries[plat.String()] = filepath.Join(bin, plat.OS+"_"+plat.Architecture, p.name)
+		if trees != "" {
+			rootfses[plat.String()] = filepath.Join(trees, plat.OS+"_"+plat.Architecture)
+		}
 	}
-	idx, err := buildIndex(p, binaries, platforms, s)
+	idx, err := buildIndex(p, binaries, rootfses, platforms, s)
 	if err != nil {
 		return "", v1.Hash{}, err
 	}

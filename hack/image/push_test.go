@@ -20,7 +20,7 @@ func TestPushArchive(t *testing.T) {
 	defer srv.Close()
 	s := stamp{version: "v1.2.3", revision: "0123456789abcdef0123456789abcdef01234567", created: time.Unix(1700000000, 0).UTC()}
 	p := programs[0]
-	out, built, err := buildArchive(p, fakeBinaries(t), testPlatforms, "registry.test/project", s)
+	out, built, err := buildArchive(p, fakeBinaries(t), "", testPlatforms, "registry.test/project", s)
 	if err != nil {
 		t.Fatal(err)
 	}
