@@ -84,7 +84,7 @@ deps: ## Check the system packages make test runs (hack/install-deps.sh); as roo
 	@./hack/install-deps.sh test
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd, kube-controller-manager, kube-proxy, kube-scheduler, kubelet and kubectl for the integration tests into hack/tools/bin
+tools: ## Build kube-apiserver, etcd, kube-controller-manager, kube-proxy, kube-scheduler, kubelet and kubectl for the integration tests, and e2e.test, ginkgo and agnhost for the conformance test, into hack/tools/bin
 	./hack/build-tools.sh
 
 .PHONY: helm
@@ -96,12 +96,19 @@ containerd: ## Build containerd, its runc shim and ctr for the install test's ku
 	./hack/build-containerd.sh
 
 .PHONY: test
-test: deps tools helm containerd build test-images upgrade-images node-images fmt-check vet lint ## Every test (with -race; the end-to-end ones as root), go vet, golangci-lint and a gofmt check; ends with a line of counts
+test: deps tools helm containerd build test-images upgrade-images node-images conformance-images fmt-check vet lint ## Every test (with -race; the end-to-end ones as root), go vet, golangci-lint and a gofmt check; ends with a line of counts
 	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent \
 	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_UPGRADE_IMAGES=$(abspath $(UPGRADE_BIN)) \
 	BAREMETAL_IMAGE_VERSION=$(VERSION) BAREMETAL_NODE_IMAGES=$(abspath $(NODE_BIN)) GO=$(GO) \
-		$(BIN)/testreport -race -count=1 $(PKGS)
+	BAREMETAL_AGNHOST_IMAGE=$(abspath $(CONFORMANCE_BIN))/agnhost.oci.tar \
+		$(BIN)/testreport -race -count=1 -timeout 70m $(PKGS)
+
+.PHONY: conformance
+conformance: deps tools containerd build images node-images conformance-images ## Root: Kubernetes' own [Feature:LoadBalancer] specs against the release's install.yaml on real kubelets, from a client behind a router (docs/conformance.md)
+	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_IMAGE_VERSION=$(VERSION) BAREMETAL_NODE_IMAGES=$(abspath $(NODE_BIN)) \
+	BAREMETAL_AGNHOST_IMAGE=$(abspath $(CONFORMANCE_BIN))/agnhost.oci.tar \
+		$(GO) test -count=1 -v -timeout 80m ./test/conformance
 
 # The install test's kubelets run every pod's sandbox from this image.
 NODE_BIN := $(BIN)/node

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the programs of the test control plane from the tools module in hack/tools into
 # hack/tools/bin: the ones named as arguments, or all of etcd, kube-apiserver,
-# kube-controller-manager, kube-proxy, kube-scheduler, kubelet and kubectl. `make demo`
-# builds only the four it runs; `make conformance` also builds e2e.test (Kubernetes' own
-# network specs, hack/tools/e2e), ginkgo and agnhost, the image those specs run.
+# kube-controller-manager, kube-proxy, kube-scheduler, kubelet and kubectl, and for the
+# conformance test e2e.test (Kubernetes' own network specs, hack/tools/e2e), ginkgo, and
+# agnhost, the program of the image those specs run. `make demo` builds only the four it
+# runs.
 # A program is not built again while it was built from the same go.sum with the same Go
 # version (its stamp file, hack/tools/bin/.<name>.stamp, says which).
 set -euo pipefail
@@ -19,7 +20,7 @@ conformance=(e2e.test ginkgo agnhost)
 if [[ $# -gt 0 ]]; then
 	want=("$@")
 else
-	want=("${all[@]}")
+	want=("${all[@]}" "${conformance[@]}")
 fi
 for b in "${want[@]}"; do
 	[[ " ${all[*]} ${conformance[*]} " == *" $b "* ]] || { echo "tools: unknown program $b; known: ${all[*]} ${conformance[*]}" >&2; exit 2; }
