@@ -60,9 +60,13 @@ func BenchmarkFailover(b *testing.B) {
 }
 
 // benchNodeDeath is today's case: the announcing node's link goes down, the ccm and the
-// API server are fine. It also measures the steady state.
+// API server are fine. A second client sits behind a router, at the router's default
+// neighbour settings, as most clients do. It also measures the steady state.
 func benchNodeDeath(b *testing.B) ([]row, string) {
 	c := newCluster(b, 3)
+	if err := c.Net.AddRouter(); err != nil {
+		b.Fatal(err)
+	}
 	ccm := c.startCCM(b)
 	svc, addrs := c.createLBService(b, "bench")
 	c.waitSettled(b)
@@ -83,6 +87,15 @@ func benchNodeDeath(b *testing.B) ([]row, string) {
 			detail: fmt.Sprintf("median trial %s → %s: down after %.1f ms, verdict sent %.1f ms later, announced +%.1f ms, patch acknowledged +%.1f ms, first good request +%.1f ms",
 				m.from, m.to, ms(since(m.detected, m.injected)), max(0, ms(since(m.verdict, m.detected))), ms(since(m.announced, m.detected)),
 				ms(since(m.patched, m.detected)), ms(since(m.firstGood, m.announced))),
+		})
+		var routed []time.Duration
+		for _, r := range results {
+			routed = append(routed, r.routed)
+		}
+		rows = append(rows, row{
+			name:    "node death, " + family(addr) + ", client behind a router",
+			outages: routed,
+			detail:  "the same trials, seen from a client on another subnet through a Linux router at its default neighbour settings",
 		})
 	}
 	return rows, steady

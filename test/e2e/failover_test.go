@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -185,11 +186,13 @@ func straddles(r traffic.Request, switched time.Time) bool {
 
 // trial is one injected failure and what the client saw.
 type trial struct {
-	family    string
-	from, to  string
-	injected  time.Time
-	outage    time.Duration
-	stray     int
+	family   string
+	from, to string
+	injected time.Time
+	outage   time.Duration
+	stray    int
+	// routed is the outage of a client behind the router, when the network has one.
+	routed    time.Duration
 	detected  time.Time // the ccm logged the agent down
 	verdict   time.Time // the ccm logged the verdict that names it
 	patched   time.Time // the ccm logged the announcer change
@@ -223,7 +226,10 @@ func (c *cluster) tryKillOwner(t testing.TB, ccm *process.Process, svc *corev1.S
 		return trial{}, fmt.Errorf("%w: %w", errUnsteady, err)
 	}
 	tr := trial{family: family(addr), from: from}
-	l := c.startClient(addr)
+	clients := []*traffic.Client{c.startClient(addr)}
+	if r := c.Net.RoutedClient; r != nil {
+		clients = append(clients, traffic.Start(r.Dial, netip.AddrPortFrom(addr, servicePort), 10*time.Millisecond, requestTimeout))
+	}
 	// Paces the open-loop client: it runs at its full rate when the failure comes.
 	time.Sleep(200 * time.Millisecond)
 	offCycle()
@@ -233,18 +239,25 @@ func (c *cluster) tryKillOwner(t testing.TB, ccm *process.Process, svc *corev1.S
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond) // polls the client's record
-		if _, _, ok := traffic.Outage(l.Requests(), tr.injected); ok {
+		time.Sleep(100 * time.Millisecond) // polls the clients' records
+		if !slices.ContainsFunc(clients, func(l *traffic.Client) bool {
+			_, _, ok := traffic.Outage(l.Requests(), tr.injected)
+			return !ok
+		}) {
 			break
 		}
 	}
 	// Recovered (or given up): a short window more, to count the stray losses that
 	// follow a recovery.
 	time.Sleep(300 * time.Millisecond)
-	reqs := l.Stop()
 	var ok bool
-	if tr.outage, tr.stray, ok = traffic.Outage(reqs, tr.injected); !ok {
+	if tr.outage, tr.stray, ok = traffic.Outage(clients[0].Stop(), tr.injected); !ok {
 		t.Fatalf("%s: traffic did not recover within 10 s of %s going down", addr, from)
+	}
+	if len(clients) > 1 {
+		if tr.routed, _, ok = traffic.Outage(clients[1].Stop(), tr.injected); !ok {
+			t.Fatalf("%s: the routed client's traffic did not recover within 10 s of %s going down", addr, from)
+		}
 	}
 	tr.firstGood = tr.injected.Add(tr.outage)
 	tr.to = c.announcer(t, svc)
@@ -296,6 +309,10 @@ func logTime(logs string, since time.Time, parts ...string) time.Time {
 
 func TestFailover(t *testing.T) {
 	c := newCluster(t, 3)
+	// A client behind a router too: the router's neighbour entry must follow the address.
+	if err := c.Net.AddRouter(); err != nil {
+		t.Fatal(err)
+	}
 	ccm := c.startCCM(t)
 	svc, addrs := c.createLBService(t, "failover")
 	// Between trials, the node that came back must be probed up again, and the ccm done
@@ -306,13 +323,17 @@ func TestFailover(t *testing.T) {
 	for _, addr := range addrs {
 		t.Run("node death "+family(addr), func(t *testing.T) {
 			tr := c.killOwner(t, ccm, svc, addr)
-			t.Logf("%s: %s died, %s took over; outage %v (detected %v, patched %v, announced %v after)",
-				addr, tr.from, tr.to, tr.outage, since(tr.detected, tr.injected), since(tr.patched, tr.injected), since(tr.announced, tr.injected))
+			t.Logf("%s: %s died, %s took over; outage %v, behind the router %v (detected %v, patched %v, announced %v after)",
+				addr, tr.from, tr.to, tr.outage, tr.routed, since(tr.detected, tr.injected), since(tr.patched, tr.injected), since(tr.announced, tr.injected))
 			if tr.to == tr.from || tr.to == "" {
 				t.Errorf("announcer after %s died: %q", tr.from, tr.to)
 			}
-			if tr.outage > time.Second {
-				t.Errorf("outage %v, want well under a second", tr.outage)
+			if tr.outage > time.Second || tr.routed > time.Second {
+				t.Errorf("outage %v, behind the router %v; want well under a second", tr.outage, tr.routed)
+			}
+			// The router took the announcement: its entry names the new announcer.
+			if mac, _, err := c.Net.Router.Neighbor(addr); err != nil || !bytes.Equal(mac, c.Node(tr.to).MAC) {
+				t.Errorf("the router's neighbour entry of %s: %v (%v), want %s's MAC %s", addr, mac, err, tr.to, c.Node(tr.to).MAC)
 			}
 			settle(t)
 		})
