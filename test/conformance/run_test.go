@@ -99,9 +99,8 @@ func TestLoadBalancerSpecs(t *testing.T) {
 	}
 	// The specs exec into pods and read their logs: the API server reaches the kubelets
 	// through the network's proxy.
-	cp := controlplane.StartForTest(t,
-		controlplane.WithAPIServerFlag("disable-admission-plugins", ""),
-		kubenodes.EgressForTest(t, network))
+	cp := controlplane.StartForTest(t, append(kubenodes.OptionsForTest(t, network),
+		controlplane.WithAPIServerFlag("disable-admission-plugins", ""))...)
 	controlplane.ControllerManagerForTest(t, cp, kubenodes.Controllers...)
 	controlplane.SchedulerForTest(t, cp)
 	nodes := kubenodes.StartForTest(t, cp, network, pauseArchive(nodeImages))

@@ -27,6 +27,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -101,6 +102,7 @@ type Option func(*options)
 type options struct {
 	startTimeout   time.Duration
 	apiserverFlags map[string]string
+	servingIPs     []net.IP
 }
 
 // WithStartTimeout bounds how long Start waits for the control plane to be ready.
@@ -114,6 +116,13 @@ func WithStartTimeout(d time.Duration) Option {
 // admission plugins and the like.
 func WithAPIServerFlag(name, value string) Option {
 	return func(o *options) { o.apiserverFlags[name] = value }
+}
+
+// WithServingIP makes kube-apiserver's certificate valid for ip too: an address it is
+// reached at through a forwarder, by clients that check the certificate against the
+// address they dial (those that override a kubeconfig's server drop its tls-server-name).
+func WithServingIP(ip netip.Addr) Option {
+	return func(o *options) { o.servingIPs = append(o.servingIPs, ip.AsSlice()) }
 }
 
 // Start starts etcd and then kube-apiserver, and returns once kube-apiserver reports
@@ -193,7 +202,7 @@ func start(ctx context.Context, bins binaries, o options) (_ *ControlPlane, err 
 		return nil, err
 	}
 
-	flags, err := c.writePKI()
+	flags, err := c.writePKI(o.servingIPs)
 	if err != nil {
 		return nil, err
 	}
@@ -235,8 +244,9 @@ func startEtcd(path, dir string, clientPort, peerPort int) (*process.Process, er
 }
 
 // writePKI makes the control plane's certificates and keys, writes what kube-apiserver
-// reads to the control plane directory, and returns kube-apiserver's flags.
-func (c *ControlPlane) writePKI() (map[string]string, error) {
+// reads to the control plane directory, and returns kube-apiserver's flags. Its serving
+// certificate is for its loopback addresses, the kubernetes Service's, and also.
+func (c *ControlPlane) writePKI(also []net.IP) (map[string]string, error) {
 	servingCA, err := newCertificateAuthority("baremetal-test-serving-ca")
 	if err != nil {
 		return nil, err
@@ -244,7 +254,7 @@ func (c *ControlPlane) writePKI() (map[string]string, error) {
 	// The first address of each Service range is the kubernetes Service's ClusterIP, which
 	// pods reach the API server at, as in a cluster.
 	serving, err := servingCA.issueServing("kube-apiserver",
-		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP(KubernetesServiceIPv4), net.ParseIP(KubernetesServiceIPv6)},
+		append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP(KubernetesServiceIPv4), net.ParseIP(KubernetesServiceIPv6)}, also...),
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"})
 	if err != nil {
 		return nil, err

@@ -60,11 +60,11 @@ type Cluster struct {
 	network *netns.Network
 }
 
-// EgressForTest lets an API server on the root namespace's loopback reach the kubelets
-// of network, for logs, exec and port forwarding: it serves HTTP CONNECT into the network
-// and returns the control plane option that makes that proxy the API server's egress to
-// the cluster.
-func EgressForTest(t testing.TB, network *netns.Network) controlplane.Option {
+// OptionsForTest returns the options of a control plane for the nodes of network: a
+// serving certificate valid for the address the hosts of network reach it at, and an
+// egress to the kubelets, for logs, exec and port forwarding, through an HTTP CONNECT
+// proxy into the network that it starts.
+func OptionsForTest(t testing.TB, network *netns.Network) []controlplane.Option {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "bmt-egress-")
 	if err != nil {
@@ -89,7 +89,11 @@ egressSelections:
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return controlplane.WithAPIServerFlag("egress-selector-config-file", path)
+	return []controlplane.Option{
+		controlplane.WithAPIServerFlag("egress-selector-config-file", path),
+		// Where Forward listens.
+		controlplane.WithServingIP(network.Bridge.IPv4),
+	}
 }
 
 // StartForTest runs containerd, the kubelet and kube-proxy on every node of network,
