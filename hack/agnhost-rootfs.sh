@@ -8,6 +8,7 @@
 #   /usr/bin/curl curl (package curl): the specs' HTTP requests from a pod
 #   /usr/bin/nc   OpenBSD's netcat (package netcat-openbsd): their TCP and UDP probes,
 #                 `nc -v -t -w 2`, `nc -w 1 -u`, with OpenBSD's options
+#   /usr/bin/wget GNU wget (package wget): the source ranges spec's `wget -T 5 -qO- ADDR`
 #
 # and every shared library they load and the dynamic loader (their ldd closure), at the
 # paths where ldd finds them; a symbolic link stays one, beside what it points to. Files
@@ -33,6 +34,7 @@ programs=(
 	"/bin/dash|/bin/dash"
 	"/usr/bin/curl|/usr/bin/curl"
 	"/usr/bin/nc|/bin/nc.openbsd"
+	"/usr/bin/wget|/usr/bin/wget"
 )
 
 mkdir -p "$(dirname "$out")"

@@ -51,6 +51,7 @@ test=(
 	"/bin/dash|dash|/bin/sh of make conformance-images' agnhost image (hack/agnhost-rootfs.sh)"
 	"/usr/bin/curl|curl|curl of make conformance-images' agnhost image, which the e2e specs run in pods"
 	"/bin/nc.openbsd|netcat-openbsd|nc of make conformance-images' agnhost image, which the e2e specs run in pods"
+	"/usr/bin/wget|wget|wget of make conformance-images' agnhost image, which the e2e specs run in pods"
 )
 case "$what" in
 demo) needs=("${demo[@]}") ;;
