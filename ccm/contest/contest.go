@@ -1,4 +1,8 @@
-package lbstatus
+// Package contest bounds how hard a controller of the ccm fights another writer over a
+// field of a Service's status: two writers that each put back their own value would
+// otherwise write forever, each write an API request and often an event. The controller
+// backs off, then leaves the field to a human.
+package contest
 
 import (
 	"sync"
@@ -9,13 +13,15 @@ import (
 // another writer keeps changing back: the controller stops rewriting it for a while.
 const ReasonStatusContested = "StatusContested"
 
-// Two writers that each put back their own status would otherwise write forever, each
-// write an event and an API request: the controller backs off, then leaves it to a human.
+// The rewrites a contest allows: 2 s, 4 s, 8 s and 16 s apart, at most MaxRewrites in
+// Window, then none until the Window ends or the Service's spec changes.
 const (
-	contestFirstDelay  = 2 * time.Second
-	contestMaxDelay    = 16 * time.Second
-	contestWindow      = 10 * time.Minute
-	contestMaxRewrites = 5
+	firstDelay = 2 * time.Second
+	maxDelay   = 16 * time.Second
+	// Window is how long a contest that was given up stays given up.
+	Window = 10 * time.Minute
+	// MaxRewrites is how many rewrites a contest allows in a Window.
+	MaxRewrites = 5
 )
 
 // contest is one Service's status being changed back after the controller wrote it.
@@ -27,16 +33,16 @@ type contest struct {
 	generation int64 // a change of the Service's spec ends the contest
 }
 
-// contests holds every Service's contest, by key.
-type contests struct {
+// Contests holds every Service's contest, by key. The zero value is ready to use.
+type Contests struct {
 	mu sync.Mutex
 	m  map[string]*contest
 }
 
-// next says what to do about a status that differs from what the Service holds: write
+// Next says what to do about a status that differs from what the controller wants: write
 // now (wait 0, giveUp false), wait, or give up until the window ends (wait is then
 // what is left of it). warn is true once a contest, when it gives up for the first time.
-func (cs *contests) next(key string, generation int64, now time.Time) (wait time.Duration, giveUp, warn bool) {
+func (cs *Contests) Next(key string, generation int64, now time.Time) (wait time.Duration, giveUp, warn bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.m == nil {
@@ -47,17 +53,17 @@ func (cs *contests) next(key string, generation int64, now time.Time) (wait time
 	case st == nil || st.generation != generation:
 		st = &contest{since: now, generation: generation}
 		cs.m[key] = st
-	case now.Sub(st.since) >= contestWindow:
+	case now.Sub(st.since) >= Window:
 		// Retry once the window is over: the other writer may be gone. The warning stays
 		// given.
 		st.since, st.rewrites = now, 0
 	}
-	if st.rewrites >= contestMaxRewrites {
+	if st.rewrites >= MaxRewrites {
 		warn, st.warned = !st.warned, true
-		return st.since.Add(contestWindow).Sub(now), true, warn
+		return st.since.Add(Window).Sub(now), true, warn
 	}
 	if st.rewrites > 0 {
-		delay := min(contestFirstDelay<<(st.rewrites-1), contestMaxDelay)
+		delay := min(firstDelay<<(st.rewrites-1), maxDelay)
 		if d := st.last.Add(delay).Sub(now); d > 0 {
 			return d, false, false
 		}
@@ -67,8 +73,9 @@ func (cs *contests) next(key string, generation int64, now time.Time) (wait time
 	return 0, false, false
 }
 
-// settled forgets key's contest: its status is what it holds, whoever wrote it.
-func (cs *contests) settled(key string) {
+// Settled forgets key's contest: its status is what the controller wants, whoever wrote
+// it.
+func (cs *Contests) Settled(key string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	delete(cs.m, key)
