@@ -114,7 +114,9 @@ func TestAnnouncements(t *testing.T) {
 	tc.health.set("node-a", liveness.Up)
 	tc.health.setUnable("node-a", probe.Unable{Pool: "default", Family: iprange.IPv4, Reason: probe.NoUpInterface})
 	step("no interface", []string{"ns/web"}, func(a Announcement) {
-		if a.Node != "" || a.Reason != pick.ReasonNoEligibleNode || !a.OnlyUnable {
+		// The reason is the same, but not what keeps the nodes out: the Service is told
+		// the new sentence.
+		if a.Node != "" || a.Reason != pick.ReasonNoEligibleNode || !a.OnlyUnable || !strings.Contains(a.Told, "node-a has no up interface for pool default") {
 			t.Errorf("no interface: %+v, want nobody, for the links", a)
 		}
 	})
