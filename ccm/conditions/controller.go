@@ -3,6 +3,7 @@ package conditions
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -196,10 +197,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			// another writer's, on a Service that is not the ccm's, and stay.
 			return nil
 		}
-		// The Service carried these, and someone changed them back since.
-		if wait, giveUp, warn := c.contests.Next(key, svc.Generation, time.Now()); wait > 0 || giveUp {
+		// The Service carried these, and someone changed them back since. The contest is
+		// about what this controller has to say: once that changes, it says it at once.
+		if wait, giveUp, warn := c.contests.Next(key, fingerprint(next), time.Now()); wait > 0 || giveUp {
 			if warn {
-				c.recorder.Eventf(svc, v1.EventTypeWarning, contest.ReasonStatusContested, "another writer changed status.conditions of %s/%s again after %d corrections (%s); leaving them until the Service changes or %s have passed", svc.Namespace, svc.Name, contest.MaxRewrites, summary(ours(svc.Status.Conditions)), contest.Window)
+				c.recorder.Eventf(svc, v1.EventTypeWarning, contest.ReasonStatusContested, "another writer changed status.conditions of %s/%s again after %d corrections (%s); leaving them until what the ccm has to say changes or %s have passed", svc.Namespace, svc.Name, contest.MaxRewrites, summary(ours(svc.Status.Conditions)), contest.Window)
 				klog.InfoS("Service conditions contested, no longer corrected", "service", klog.KObj(svc), "theirs", summary(ours(svc.Status.Conditions)), "want", summary(next))
 			}
 			c.queue.AddAfter(key, wait)
@@ -248,6 +250,16 @@ func (c *Controller) apply(ctx context.Context, svc *v1.Service, conditions []me
 		return fmt.Errorf("apply the conditions of %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return nil
+}
+
+// fingerprint is a hash of what conditions say, lastTransitionTime apart, as Equal
+// compares them.
+func fingerprint(conditions []metav1.Condition) int64 {
+	h := fnv.New64a()
+	for _, c := range conditions {
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%d\x00", c.Type, c.Status, c.Reason, c.Message, c.ObservedGeneration)
+	}
+	return int64(h.Sum64())
 }
 
 // ours returns the conditions of the types in Types.

@@ -283,6 +283,14 @@ func TestContestedConditions(t *testing.T) {
 		if applies != 1+contest.MaxRewrites || contested != 1 {
 			t.Errorf("in 9 minutes of contested conditions: %d applies and %d StatusContested events, want %d and 1", applies, contested, 1+contest.MaxRewrites)
 		}
+		// Something new to say ends the contest: it is said at once.
+		tc.updateStatus(t, "web", func(s *v1.Service) {
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100.1"}}
+		})
+		tc.source.set("ns/web", announcer.Announcement{Node: "node-a"})
+		if n := tc.syncApplies(t, "web"); n != 1 {
+			t.Errorf("announced after the contest gave up: %d applies, want 1", n)
+		}
 	})
 }
 

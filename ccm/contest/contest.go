@@ -26,11 +26,11 @@ const (
 
 // contest is one Service's status being changed back after the controller wrote it.
 type contest struct {
-	since      time.Time // the first rewrite of the window
-	last       time.Time
-	rewrites   int
-	warned     bool
-	generation int64 // a change of the Service's spec ends the contest
+	since    time.Time // the first rewrite of the window
+	last     time.Time
+	rewrites int
+	warned   bool
+	version  int64 // a new version ends the contest
 }
 
 // Contests holds every Service's contest, by key. The zero value is ready to use.
@@ -42,7 +42,9 @@ type Contests struct {
 // Next says what to do about a status that differs from what the controller wants: write
 // now (wait 0, giveUp false), wait, or give up until the window ends (wait is then
 // what is left of it). warn is true once a contest, when it gives up for the first time.
-func (cs *Contests) Next(key string, generation int64, now time.Time) (wait time.Duration, giveUp, warn bool) {
+// version is what the contest is about, such as the Service's generation: a new version
+// starts a new contest at once.
+func (cs *Contests) Next(key string, version int64, now time.Time) (wait time.Duration, giveUp, warn bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.m == nil {
@@ -50,8 +52,8 @@ func (cs *Contests) Next(key string, generation int64, now time.Time) (wait time
 	}
 	st := cs.m[key]
 	switch {
-	case st == nil || st.generation != generation:
-		st = &contest{since: now, generation: generation}
+	case st == nil || st.version != version:
+		st = &contest{since: now, version: version}
 		cs.m[key] = st
 	case now.Sub(st.since) >= Window:
 		// Retry once the window is over: the other writer may be gone. The warning stays

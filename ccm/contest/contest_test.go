@@ -6,8 +6,8 @@ import (
 )
 
 // TestContests walks one contest: a rewrite at once, then waits that double up to the
-// cap, a give-up with one warning after MaxRewrites, and a fresh start when the spec
-// changes or the window ends.
+// cap, a give-up with one warning after MaxRewrites, and a fresh start with a new version,
+// or once settled.
 func TestContests(t *testing.T) {
 	var cs Contests
 	t0 := time.Unix(1000, 0)
@@ -34,7 +34,7 @@ func TestContests(t *testing.T) {
 		t.Errorf("given up again: giveUp %v, warn %v; want given up without a second warning", giveUp, warn)
 	}
 	if wait, giveUp, _ := cs.Next("ns/web", 2, now); wait != 0 || giveUp {
-		t.Errorf("after a spec change: Next = %v, %v; want a rewrite now", wait, giveUp)
+		t.Errorf("a new version: Next = %v, %v; want a rewrite now", wait, giveUp)
 	}
 	cs.Settled("ns/web")
 	rewrite("settled")
