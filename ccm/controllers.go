@@ -14,6 +14,7 @@ import (
 	"k8s.io/controller-manager/controller"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/conditions"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/duty"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/lbstatus"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
@@ -41,6 +42,9 @@ const configReloader = "baremetal-cloud-config"
 // lbStatusWorkers is how many Services' statuses are checked at once.
 const lbStatusWorkers = 4
 
+// conditionWorkers is how many Services' conditions are written at once.
+const conditionWorkers = 4
+
 // startAnnouncer runs the prober and the announcer on the ccm's shared caches, and shows
 // them on the status page.
 func startAnnouncer(page *statuspage.Page, keys func() channelKeys) app.InitFuncConstructor {
@@ -57,6 +61,11 @@ func startAnnouncer(page *statuspage.Page, keys func() channelKeys) app.InitFunc
 			p := prober.New(c.Config().Failover, keys().probe, keys().signer, factory.Core().V1().Nodes())
 			a := announcer.New(c.Config(), factory, client, c.Recorder(), p)
 			c.OnConfigChange(a.SetConfig)
+			// The conditions say what the announcer decided, so they follow it; with a
+			// client of their own, whose rate limit their writes spend, not the
+			// announcer's.
+			conds := conditions.New(factory, completed.ClientBuilder.ClientOrDie(conditions.Name), c.Recorder(), a)
+			go conds.Run(ctx, conditionWorkers)
 			duties := duty.New(c.Config(), factory.Core().V1().Services(), factory.Core().V1().Nodes(), p)
 			p.SetDuties(duties)
 			c.OnConfigChange(duties.SetConfig)

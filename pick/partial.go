@@ -101,3 +101,16 @@ func Unannounced(g Group, nodes []Node, node string) string {
 	slices.Sort(why)
 	return strings.Join(what, " and ") + ": " + few(slices.Compact(why))
 }
+
+// OnlyUnable reports whether some node is kept from announcing g by nothing but what its
+// agent says it cannot announce (its Unable): when no node may announce g, it is then the
+// nodes' links (no up interface, no address of the family) that leave g's addresses
+// unannounced, not their states, labels or the pools' nodeSelectors.
+func OnlyUnable(g Group, nodes []Node) bool {
+	for _, n := range nodes {
+		if barred(g, n) == "" && len(Unserved(g, n)) > 0 {
+			return true
+		}
+	}
+	return false
+}

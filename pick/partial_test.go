@@ -69,3 +69,28 @@ func TestUnannounced(t *testing.T) {
 		t.Errorf("Unannounced = %q names a node that is down anyway", got)
 	}
 }
+
+// TestOnlyUnable checks that a group nobody may announce is put down to the nodes' links
+// only when a node would be eligible but for them.
+func TestOnlyUnable(t *testing.T) {
+	g := Group{FirstIP: "198.51.100.1", Pools: []PoolNodes{{Pool: "default", Families: onlyIPv4}}}
+	up := Node{Name: "a", Healthy: true}
+	down := Node{Name: "b"}
+	excluded := Node{Name: "c", Healthy: true, Labels: map[string]string{ExcludeLabel: ""}}
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+		want  bool
+	}{
+		{"no nodes", nil, false},
+		{"a node able", []Node{up}, false},
+		{"the one node up has no interface", []Node{lost(up, "default", iprange.IPv4), down}, true},
+		{"only a node down has no interface", []Node{lost(down, "default", iprange.IPv4), excluded}, false},
+		{"an excluded node has no interface", []Node{lost(excluded, "default", iprange.IPv4)}, false},
+		{"another pool's interface is down", []Node{lost(up, "other", iprange.IPv4)}, false},
+	} {
+		if got := OnlyUnable(g, tc.nodes); got != tc.want {
+			t.Errorf("%s: OnlyUnable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

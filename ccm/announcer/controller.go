@@ -19,6 +19,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -96,9 +97,12 @@ type Controller struct {
 	returns returns
 
 	mu      sync.Mutex
-	decided map[string]decision  // the last decision per group, to warn once and for the status page
-	owned   map[string]ownership // the last decision per group, for the gauges
-	changes changeLog            // the last announcer changes, for the status page
+	decided map[string]decision // the last decision per group, to warn once and for the status page
+	groupOf map[string]string   // the group of each Service of decided, by "namespace/name"
+	// listeners are told of the Services whose announcement changed.
+	listeners []func(services []string)
+	owned     map[string]ownership // the last decision per group, for the gauges
+	changes   changeLog            // the last announcer changes, for the status page
 	// patched are the announcer patches whose result the cache may not hold yet.
 	patched map[types.NamespacedName]patch
 	// held are, per group, the nodes its annotations still name though it moved away from
@@ -135,6 +139,7 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		decided: map[string]decision{},
+		groupOf: map[string]string{},
 		owned:   map[string]ownership{},
 		returns: returns{hold: flapHold},
 		patched: map[types.NamespacedName]patch{},
@@ -167,6 +172,9 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 	_, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueService,
 		UpdateFunc: func(old, cur any) {
+			if conditionsOnly(old, cur) {
+				return
+			}
 			c.enqueueService(old)
 			c.enqueueService(cur)
 		},
@@ -211,6 +219,22 @@ func nodeChanged(old, cur any) bool {
 		return true
 	}
 	return !labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+}
+
+// conditionsOnly reports whether two versions of a Service differ in their status
+// conditions alone: those are written from the announcer's decisions, and decide nothing,
+// so writing them must not make the announcer decide again.
+func conditionsOnly(old, cur any) bool {
+	o, ok1 := old.(*v1.Service)
+	n, ok2 := cur.(*v1.Service)
+	if !ok1 || !ok2 || apiequality.Semantic.DeepEqual(o.Status.Conditions, n.Status.Conditions) {
+		return false
+	}
+	a, b := *o, *n
+	a.ResourceVersion, b.ResourceVersion = "", ""
+	a.ManagedFields, b.ManagedFields = nil, nil
+	a.Status.Conditions, b.Status.Conditions = nil, nil
+	return apiequality.Semantic.DeepEqual(&a, &b)
 }
 
 // addressKey names the group of address a, until a lower address joins it.

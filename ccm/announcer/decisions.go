@@ -24,6 +24,20 @@ type decision struct {
 	services []string
 	// unannounced is pick.Unannounced: what node leaves without an announcer, or "".
 	unannounced string
+	// told is why as the group's last NoAnnouncer event said it: with no announcer, why is
+	// written anew at every decision, as the nodes' states change, the event only when
+	// the reason does.
+	told string
+	// onlyUnable is pick.OnlyUnable when no node may announce: the nodes' links keep them
+	// out, not their states.
+	onlyUnable bool
+}
+
+// announces reports whether a and b tell a Service the same about its announcer: its
+// conditions follow from that.
+func (a decision) announces(b decision) bool {
+	return a.node == b.node && a.reason == b.reason && a.told == b.told &&
+		a.unannounced == b.unannounced && a.onlyUnable == b.onlyUnable
 }
 
 // ownership is a group's announcer ("" for none) and how many Services it holds.
@@ -34,7 +48,8 @@ type ownership struct {
 
 // remember records the group's decision with the sentence that explains it, and reports
 // whether a NoAnnouncer or PartlyAnnounced warning is due: on the first decision of the
-// group, and whenever the reason or what the announcer leaves unannounced changes.
+// group, and whenever the reason, what keeps the nodes out (their links or not) or what
+// the announcer leaves unannounced changes.
 func (c *Controller) remember(key string, members []member, g pick.Group, nodes []pick.Node, d pick.Decision, unannounced string) bool {
 	services := make([]string, len(members))
 	for i, m := range members {
@@ -49,13 +64,15 @@ func (c *Controller) remember(key string, members []member, g pick.Group, nodes 
 	// event said it. With no announcer the sentence lists what keeps each node out, which
 	// changes under the same reason, so it is written anew.
 	if same && d.Node != "" {
-		last.services = services
-		c.mu.Lock()
-		c.decided[key] = last
-		c.mu.Unlock()
+		now := last
+		now.services = services
+		c.decide(key, now)
 		return false
 	}
 	now := decision{node: d.Node, reason: d.Reason, since: last.since, services: services, unannounced: unannounced}
+	if d.Node == "" {
+		now.onlyUnable = pick.OnlyUnable(g, nodes)
+	}
 	if !kept {
 		now.since = time.Now()
 	}
@@ -69,10 +86,54 @@ func (c *Controller) remember(key string, members []member, g pick.Group, nodes 
 		prev = "" // nothing moved: explain the choice itself
 	}
 	now.why = pick.Explain(prev, g, nodes, d)
+	warn := !seen || last.reason != d.Reason || last.unannounced != unannounced || last.onlyUnable != now.onlyUnable
+	now.told = last.told
+	if warn {
+		now.told = now.why
+	}
+	c.decide(key, now)
+	return warn
+}
+
+// decide records d as the group's decision, and tells the listeners of the Services
+// whose announcement it changes: all of the group's, old and new, when what it tells them
+// changed, else those that joined or left it.
+func (c *Controller) decide(key string, d decision) {
 	c.mu.Lock()
-	c.decided[key] = now
+	last, seen := c.decided[key]
+	c.decided[key] = d
+	for _, s := range last.services {
+		if c.groupOf[s] == key {
+			delete(c.groupOf, s)
+		}
+	}
+	for _, s := range d.services {
+		c.groupOf[s] = key
+	}
+	var changed []string
+	if !seen || !last.announces(d) {
+		changed = append(slices.Clone(d.services), last.services...)
+	} else {
+		changed = symmetricDifference(last.services, d.services)
+	}
 	c.mu.Unlock()
-	return !seen || last.reason != d.Reason || last.unannounced != unannounced
+	c.announce(changed)
+}
+
+// symmetricDifference returns what is in a or in b but not in both.
+func symmetricDifference(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			out = append(out, s)
+		}
+	}
+	for _, s := range b {
+		if !slices.Contains(a, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // logChange keeps an announcer change, or a NoAnnouncer warning, for the status page.
@@ -158,8 +219,15 @@ func (c *Controller) forget(key string) {
 	c.hold(key, nil, "")
 	c.account(key, ownership{})
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	last := c.decided[key]
 	delete(c.decided, key)
+	for _, s := range last.services {
+		if c.groupOf[s] == key {
+			delete(c.groupOf, s)
+		}
+	}
+	c.mu.Unlock()
+	c.announce(last.services)
 }
 
 // account moves a group's Services in the gauges from its last decision to now.

@@ -2,6 +2,7 @@ package announcer
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -41,7 +42,16 @@ func (c *Controller) isolationChanged(v prober.Isolation) {
 		nodes = c.isolatedNodes
 		c.isolatedNodes, c.isolatedSince = nil, time.Time{}
 	}
+	// The Services these nodes announce are announced, as far as this ccm can tell, only
+	// while it is not cut off from them.
+	var services []string
+	for _, d := range c.decided {
+		if d.node != "" && slices.Contains(nodes, d.node) {
+			services = append(services, d.services...)
+		}
+	}
 	c.mu.Unlock()
+	c.announce(services)
 	eventType, reason, message := isolationEvent(v, len(nodes), time.Since(began))
 	for _, n := range nodes[:min(len(nodes), maxIsolationEvents)] {
 		// As the kubelet names its Node events, so that kubectl describe node shows them.

@@ -43,6 +43,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/contest"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 )
 
@@ -52,6 +53,10 @@ const Name = "baremetal-lb-status"
 // ReasonStatusCorrected is the reason of the Warning event on a Service whose status
 // listed addresses it does not hold.
 const ReasonStatusCorrected = "StatusCorrected"
+
+// ReasonStatusContested is the reason of the Warning event on a Service whose status
+// another writer keeps changing back: the controller stops rewriting it for a while.
+const ReasonStatusContested = contest.ReasonStatusContested
 
 // finalizer is the upstream service controller's: a Service without it has not been taken
 // up yet, and its addresses are the service controller's first business.
@@ -90,7 +95,7 @@ type Controller struct {
 	services corelisters.ServiceLister
 	synced   cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
-	contests contests
+	contests contest.Contests
 }
 
 // New returns the controller over the Services of factory.
@@ -188,16 +193,16 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		want = ips(st)
 	}
 	if slices.Equal(r.Ingress, want) && len(r.BadIngress) == 0 {
-		c.contests.settled(key)
+		c.contests.Settled(key)
 		return nil
 	}
-	if wait, giveUp, warn := c.contests.next(key, svc.Generation, time.Now()); wait > 0 || giveUp {
+	if wait, giveUp, warn := c.contests.Next(key, svc.Generation, time.Now()); wait > 0 || giveUp {
 		if warn {
 			theirs := list(r.Ingress)
 			if len(r.BadIngress) > 0 {
 				theirs += ", " + strings.Join(r.BadIngress, ", ")
 			}
-			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonStatusContested, "another writer set status.loadBalancer.ingress of %s/%s to %s again after %d corrections; leaving it until the Service changes or %s have passed", svc.Namespace, svc.Name, theirs, contestMaxRewrites, contestWindow)
+			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonStatusContested, "another writer set status.loadBalancer.ingress of %s/%s to %s again after %d corrections; leaving it until the Service changes or %s have passed", svc.Namespace, svc.Name, theirs, contest.MaxRewrites, contest.Window)
 			klog.InfoS("Service status contested, no longer corrected", "service", klog.KObj(svc), "theirs", theirs, "holds", want)
 		}
 		c.queue.AddAfter(key, wait)

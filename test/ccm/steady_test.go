@@ -17,7 +17,7 @@ import (
 
 // apiWrites reads the API server's own apiserver_request_total and returns the write
 // requests (anything but get, list and watch) it has served, per resource.
-func (e *env) apiWrites(b *testing.B) map[string]float64 {
+func (e *env) apiWrites(b testing.TB) map[string]float64 {
 	body, err := e.admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Fatal(err)
