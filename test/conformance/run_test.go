@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,6 +148,8 @@ func TestLoadBalancerSpecs(t *testing.T) {
 	}
 	defer log.Close()
 	cmd.Stdout, cmd.Stderr = log, log
+	// Gone with the test, should it be killed; Close of the network kills it otherwise.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
 	runErr := cmd.Run()
 	t.Logf("e2e.test ran for %s (%v)", time.Since(start).Round(time.Second), runErr)

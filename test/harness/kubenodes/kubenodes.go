@@ -91,6 +91,8 @@ egressSelections:
 	}
 	return []controlplane.Option{
 		controlplane.WithAPIServerFlag("egress-selector-config-file", path),
+		// The nodes' names resolve nowhere: the proxy dials their addresses.
+		controlplane.WithAPIServerFlag("kubelet-preferred-address-types", "InternalIP"),
 		// Where Forward listens.
 		controlplane.WithServingIP(network.Bridge.IPv4),
 	}
