@@ -101,13 +101,13 @@ test: deps tools helm containerd build test-images upgrade-images node-images co
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent \
 	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_UPGRADE_IMAGES=$(abspath $(UPGRADE_BIN)) \
 	BAREMETAL_IMAGE_VERSION=$(VERSION) BAREMETAL_NODE_IMAGES=$(abspath $(NODE_BIN)) GO=$(GO) \
-	BAREMETAL_AGNHOST_IMAGE=$(abspath $(CONFORMANCE_BIN))/agnhost.oci.tar \
+	BAREMETAL_CONFORMANCE_IMAGES=$(abspath $(CONFORMANCE_BIN)) \
 		$(BIN)/testreport -race -count=1 -timeout 70m $(PKGS)
 
 .PHONY: conformance
 conformance: deps tools containerd build images node-images conformance-images ## Root: Kubernetes' own [Feature:LoadBalancer] specs against the release's install.yaml on real kubelets, from a client behind a router (docs/conformance.md)
 	BAREMETAL_IMAGES=$(abspath $(BIN)) BAREMETAL_IMAGE_VERSION=$(VERSION) BAREMETAL_NODE_IMAGES=$(abspath $(NODE_BIN)) \
-	BAREMETAL_AGNHOST_IMAGE=$(abspath $(CONFORMANCE_BIN))/agnhost.oci.tar \
+	BAREMETAL_CONFORMANCE_IMAGES=$(abspath $(CONFORMANCE_BIN)) \
 		$(GO) test -count=1 -v -timeout 80m ./test/conformance
 
 # The install test's kubelets run every pod's sandbox from this image.
@@ -126,14 +126,18 @@ CONFORMANCE_BIN := $(BIN)/conformance
 CONFORMANCE_REGISTRY := registry.k8s.io/e2e-test-images
 
 .PHONY: conformance-images
-conformance-images: ## Kubernetes' e2e image agnhost (hack/tools' agnhost with Debian's sh, curl and nc: hack/agnhost-rootfs.sh), named as the specs name it, for this machine's architecture, into bin/conformance/agnhost.oci.tar
+conformance-images: ## Kubernetes' e2e image agnhost (hack/tools' agnhost with Debian's sh, curl, wget and nc: hack/agnhost-rootfs.sh), named as the specs name it, and CoreDNS's (hack/coredns), the cluster DNS, for this machine's architecture, into bin/conformance
 	@./hack/build-tools.sh agnhost
+	@./hack/build-coredns.sh
 	@arch=$$($(GO) env GOARCH); \
 	k8s=$$($(GO) -C hack/tools list -m -f '{{.Dir}}' k8s.io/kubernetes) && version=$$(cat "$$k8s/test/images/agnhost/VERSION") && \
 	./hack/agnhost-rootfs.sh $(CONFORMANCE_BIN)/rootfs/linux_$$arch && \
 	mkdir -p $(CONFORMANCE_BIN)/linux_$$arch && cp $(TOOLSBIN)/agnhost $(CONFORMANCE_BIN)/linux_$$arch/agnhost && \
 	$(GO) -C hack/image run . build -programs agnhost -bin $(abspath $(CONFORMANCE_BIN)) -rootfs $(abspath $(CONFORMANCE_BIN)/rootfs) \
-		-platforms linux/$$arch -registry $(CONFORMANCE_REGISTRY) -version $$version -revision $(COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH)
+		-platforms linux/$$arch -registry $(CONFORMANCE_REGISTRY) -version $$version -revision $(COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH) && \
+	cp $(TOOLSBIN)/coredns $(CONFORMANCE_BIN)/linux_$$arch/coredns && \
+	$(GO) -C hack/image run . build -programs coredns -bin $(abspath $(CONFORMANCE_BIN)) \
+		-platforms linux/$$arch -registry localhost/baremetal-test -version test -revision $(COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH)
 
 # The end-to-end TestUpgrade moves from the images of bin/ to these: the same programs
 # stamped with another version, so other images.

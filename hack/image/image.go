@@ -81,13 +81,19 @@ var testPrograms = []program{
 	},
 	{
 		name:        "agnhost",
-		description: "Kubernetes' e2e test image agnhost (k8s.io/kubernetes/test/images/agnhost), with only the userland of the specs run against the project: sh, curl and OpenBSD nc",
+		description: "Kubernetes' e2e test image agnhost (k8s.io/kubernetes/test/images/agnhost), with only the userland of the specs run against the project: sh, curl, wget and OpenBSD nc",
 		// Root, as upstream's image: the specs' servers listen on port 80.
 		user: "0:0",
 		// Where upstream's image has it, and its CMD: pods give only agnhost's arguments
 		// (netexec --http-port=80), and a pod that gives none pauses.
 		path: "/agnhost",
 		cmd:  []string{"pause"},
+	},
+	{
+		name:        "coredns",
+		description: "CoreDNS (github.com/coredns/coredns), the cluster DNS of the conformance test's cluster",
+		// Unprivileged: it listens above 1024, and its Service maps port 53 there.
+		user: nonroot,
 	},
 }
 

@@ -22,12 +22,13 @@ func TestMain(m *testing.M) {
 
 // Environment the test needs, which make conformance sets: the directory of the
 // project's image archives and the version they were built as, the pause image's
-// directory, and the agnhost image archive that the specs' pods run.
+// directory, and that of make conformance-images: the agnhost image the specs' pods run
+// and the cluster DNS's.
 const (
 	imagesEnv       = "BAREMETAL_IMAGES"
 	imageVersionEnv = "BAREMETAL_IMAGE_VERSION"
 	nodeImagesEnv   = "BAREMETAL_NODE_IMAGES"
-	agnhostEnv      = "BAREMETAL_AGNHOST_IMAGE"
+	conformanceEnv  = "BAREMETAL_CONFORMANCE_IMAGES"
 )
 
 // env returns the values of the environment variables names, or ends the test for want

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +24,9 @@ var ciMissing = ci.Missing
 
 // specsTimeout bounds the run of the specs: make test's time limit comes first.
 const specsTimeout = 60 * time.Minute
+
+// procs is how many specs run at a time.
+const procs = 4
 
 // tool returns the path of the tools module's program name, or ends the test without it.
 func tool(t *testing.T, name string) string {
@@ -81,9 +85,9 @@ func TestSpecList(t *testing.T) {
 // client behind the router. Every spec must end as docs/conformance.md says.
 func TestLoadBalancerSpecs(t *testing.T) {
 	netns.RequireRoot(t)
-	vals := env(t, imagesEnv, imageVersionEnv, nodeImagesEnv, agnhostEnv)
-	imagesDir, version, nodeImages, agnhost := vals[0], vals[1], vals[2], vals[3]
-	e2eTest, kubectl := tool(t, "e2e.test"), tool(t, "kubectl")
+	vals := env(t, imagesEnv, imageVersionEnv, nodeImagesEnv, conformanceEnv)
+	imagesDir, version, nodeImages, conformanceImages := vals[0], vals[1], vals[2], vals[3]
+	e2eTest, ginkgo, kubectl := tool(t, "e2e.test"), tool(t, "ginkgo"), tool(t, "kubectl")
 	specs, err := expected()
 	if err != nil {
 		t.Fatal(err)
@@ -113,14 +117,21 @@ func TestLoadBalancerSpecs(t *testing.T) {
 		repo, _, _ := strings.Cut(ref, ":")
 		nodes.Import(t, filepath.Join(release, archive), repo+"@"+strings.SplitN(ref, "@", 2)[1])
 	}
-	nodes.Import(t, agnhost)
+	nodes.Import(t, filepath.Join(conformanceImages, "agnhost.oci.tar"))
+	nodes.Import(t, filepath.Join(conformanceImages, "coredns.oci.tar"))
 
-	// docs/install.md's commands, from the machine the control plane runs on.
+	// The cluster DNS, then docs/install.md's commands, from the machine the control
+	// plane runs on.
 	kubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	if err := install.WriteKubeconfig(cp.AdminConfig(), kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	shell := install.ShellForTest(t, release, kubeconfig, install.EditorForTest(t, cloudConfig))
+	dns, err := filepath.Abs(filepath.Join("testdata", "coredns.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell(t, "kubectl apply -f "+dns+"\nkubectl -n kube-system rollout status deployment/coredns --timeout=2m\n")
 	blocks, err := install.ReadBlocks()
 	if err != nil {
 		t.Fatal(err)
@@ -129,19 +140,23 @@ func TestLoadBalancerSpecs(t *testing.T) {
 	shell(t, blocks.Apply)
 
 	// The specs, from the client behind the router, which reaches the API server at the
-	// forwarder on the nodes' segment.
+	// forwarder on the nodes' segment; several at a time, as most of their time is spent
+	// waiting (for pods, for rolling updates, for timeouts that must pass).
 	report := t.TempDir()
 	runCtx, cancel := context.WithTimeout(ctx, specsTimeout)
 	defer cancel()
-	cmd := network.RoutedClient.Command(runCtx, e2eTest,
+	cmd := network.RoutedClient.Command(runCtx, ginkgo,
+		"--procs="+strconv.Itoa(procs),
+		"--focus="+focus,
+		"--skip="+skipRegexp(specs),
+		"--timeout="+specsTimeout.String(),
+		"--no-color",
+		"-v",
+		e2eTest, "--",
 		"--provider=local",
 		"--kubeconfig="+nodes.Kubeconfig(t, cp.AdminConfig(), "e2e"),
 		"--kubectl-path="+kubectl,
-		"--report-dir="+report,
-		"--ginkgo.focus="+focus,
-		"--ginkgo.skip="+skipRegexp(specs),
-		"--ginkgo.timeout="+specsTimeout.String(),
-		"--ginkgo.no-color")
+		"--report-dir="+report)
 	log, err := os.Create(filepath.Join(report, "e2e.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -99,7 +99,7 @@ func readReport(path string) (map[string]result, error) {
 			}
 			r := result{status: c.Status}
 			if c.Failure != nil {
-				r.message = c.Failure.Message
+				r.message = strings.TrimSpace(c.Failure.Message + "\n" + c.Failure.Text)
 			}
 			results[name] = r
 		}

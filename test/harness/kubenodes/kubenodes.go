@@ -48,6 +48,10 @@ var Controllers = []string{
 // their eth0 for kube-proxy to take.
 var serviceRanges = []string{"10.96.0.0/16", "fd00:10:96::/112"}
 
+// ClusterDNS is the pods' name server: the ClusterIP that a cluster DNS's Service named
+// kube-dns takes, as kubeadm's does.
+var ClusterDNS = netip.MustParseAddr("10.96.0.10")
+
 // A Cluster is the nodes of a network joined to a control plane.
 type Cluster struct {
 	// API is where the hosts of the network reach the API server, and ServerName the
@@ -193,6 +197,7 @@ func (c *Cluster) startNodes(t testing.TB, cp *controlplane.ControlPlane, admin 
 			Kubeconfig:   c.Kubeconfig(t, cfg, "kubelet-"+h.Label),
 			PauseArchive: pauseArchive,
 			PodSubnet:    h.PodSubnet4,
+			ClusterDNS:   ClusterDNS,
 		})
 		if err != nil {
 			os.RemoveAll(dir)

@@ -73,13 +73,22 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 // writeKubeletConfig writes the kubelet's configuration for a node whose files are under
 // dir and whose runtime's API is the socket. The kubelets of a test share one machine:
 // none enforces node allocatable or QoS cgroups, none evicts for the machine's disk or
-// memory, and each keeps its logs in its own directory.
-func writeKubeletConfig(path, dir, socket string) error {
-	config := strings.Join([]string{
+// memory, and each keeps its logs in its own directory. Pods get clusterDNS as their
+// name server, when it is valid, and no other: nothing of the machine's resolv.conf.
+func writeKubeletConfig(path, dir, socket string, clusterDNS netip.Addr) error {
+	resolvConf := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(resolvConf, nil, 0o644); err != nil {
+		return err
+	}
+	var dns []string
+	if clusterDNS.IsValid() {
+		dns = []string{"clusterDNS: [" + clusterDNS.String() + "]", "clusterDomain: cluster.local"}
+	}
+	config := strings.Join(append(dns,
 		"apiVersion: kubelet.config.k8s.io/v1beta1",
 		"kind: KubeletConfiguration",
-		"containerRuntimeEndpoint: unix://" + socket,
-		"podLogsDir: " + filepath.Join(dir, "pod-logs"),
+		"containerRuntimeEndpoint: unix://"+socket,
+		"podLogsDir: "+filepath.Join(dir, "pod-logs"),
 		"cgroupDriver: cgroupfs",
 		// Machines that run the tests may still have cgroup v1.
 		"failCgroupV1: false",
@@ -90,15 +99,17 @@ func writeKubeletConfig(path, dir, socket string) error {
 		"imageGCHighThresholdPercent: 100",
 		"imageGCLowThresholdPercent: 99",
 		"readOnlyPort: 0",
-		"healthzBindAddress: " + strings.Split(kubeletHealthz, ":")[0],
-		"healthzPort: " + strings.Split(kubeletHealthz, ":")[1],
-		// Nothing in the tests calls the kubelet's API (logs, exec).
+		"healthzBindAddress: "+strings.Split(kubeletHealthz, ":")[0],
+		"healthzPort: "+strings.Split(kubeletHealthz, ":")[1],
+		// Anyone may call the kubelet's API (logs, exec): the API server's proxy into the
+		// test network does, without credentials.
 		"authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}",
 		"authorization: {mode: AlwaysAllow}",
 		// A Node's status, and a pod's, reach the API server sooner.
 		"nodeStatusUpdateFrequency: 2s",
 		"syncFrequency: 10s",
+		"resolvConf: "+resolvConf,
 		"",
-	}, "\n")
+	), "\n")
 	return os.WriteFile(path, []byte(config), 0o644)
 }

@@ -60,6 +60,9 @@ type Config struct {
 	// PauseArchive is the OCI archive of the image that holds each pod's namespaces
 	// (make node-images builds one), imported before the kubelet starts.
 	PauseArchive string
+	// ClusterDNS, when valid, is the name server of the pods, with cluster.local their
+	// domain: the ClusterIP of the cluster DNS's Service.
+	ClusterDNS netip.Addr
 }
 
 // Node is a running containerd and kubelet. Its methods are safe for concurrent use.
@@ -142,7 +145,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		return err
 	}
 	config := filepath.Join(n.cfg.Dir, "kubelet.yaml")
-	if err := writeKubeletConfig(config, n.cfg.Dir, n.socket); err != nil {
+	if err := writeKubeletConfig(config, n.cfg.Dir, n.socket, n.cfg.ClusterDNS); err != nil {
 		return err
 	}
 	h := n.cfg.Host
@@ -152,8 +155,10 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		"--root-dir="+filepath.Join(n.cfg.Dir, "kubelet"),
 		"--cert-dir="+filepath.Join(n.cfg.Dir, "kubelet", "pki"),
 		"--hostname-override="+h.Label,
-		// IPv4 first: the InternalIP the ccm probes.
-		"--node-ip="+h.IPv4.String()+","+h.IPv6.String(),
+		// Of the pods' family only, as a single-stack cluster's nodes: Kubernetes' specs
+		// check a node's health check node port at each InternalIP, which kube-proxy
+		// serves on the Service's family only. It is also the address the ccm probes.
+		"--node-ip="+n.nodeIP().String(),
 		"--v=1",
 	)); err != nil {
 		return err
@@ -329,4 +334,12 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// nodeIP is the node's address of its pods' family.
+func (n *Node) nodeIP() netip.Addr {
+	if n.cfg.PodSubnet.Addr().Is6() {
+		return n.cfg.Host.IPv6
+	}
+	return n.cfg.Host.IPv4
 }
