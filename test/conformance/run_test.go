@@ -154,6 +154,8 @@ func TestLoadBalancerSpecs(t *testing.T) {
 		"-v",
 		e2eTest, "--",
 		"--provider=local",
+		// Every ginkgo process needs it: only the first counts the nodes itself.
+		"--num-nodes="+strconv.Itoa(len(nodes.Nodes)),
 		"--kubeconfig="+nodes.Kubeconfig(t, cp.AdminConfig(), "e2e"),
 		"--kubectl-path="+kubectl,
 		"--report-dir="+report)
