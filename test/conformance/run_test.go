@@ -106,6 +106,9 @@ func TestLoadBalancerSpecs(t *testing.T) {
 	// through the network's proxy.
 	cp := controlplane.StartForTest(t, append(kubenodes.OptionsForTest(t, network),
 		controlplane.WithAPIServerFlag("disable-admission-plugins", ""))...)
+	// The network goes before the control plane stops, with the forwarder's connections
+	// to the API server, which would otherwise hold up its shutdown.
+	t.Cleanup(func() { _ = network.Close() })
 	controlplane.ControllerManagerForTest(t, cp, kubenodes.Controllers...)
 	controlplane.SchedulerForTest(t, cp)
 	nodes := kubenodes.StartForTest(t, cp, network, pauseArchive(nodeImages))
