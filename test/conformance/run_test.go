@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,11 @@ var ciMissing = ci.Missing
 
 // specsTimeout bounds the run of the specs: make test's time limit comes first.
 const specsTimeout = 60 * time.Minute
+
+// onlyEnv, set to a regular expression, runs only the specs whose text after
+// [Feature:LoadBalancer] it matches, as ginkgo's --focus: to run one spec while working on
+// it.
+const onlyEnv = "BAREMETAL_CONFORMANCE_FOCUS"
 
 // procs is how many specs run at a time.
 const procs = 4
@@ -92,6 +98,10 @@ func TestLoadBalancerSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	only := os.Getenv(onlyEnv)
+	if _, err := regexp.Compile(only); err != nil {
+		t.Fatalf("%s: %v", onlyEnv, err)
+	}
 	ctx := t.Context()
 	release := filepath.Join(t.TempDir(), version)
 	if err := install.WriteRelease(ctx, version, imagesDir, release); err != nil {
@@ -150,7 +160,7 @@ func TestLoadBalancerSpecs(t *testing.T) {
 	defer cancel()
 	cmd := network.RoutedClient.Command(runCtx, ginkgo,
 		"--procs="+strconv.Itoa(procs),
-		"--focus="+focus,
+		"--focus="+focus+".*"+only,
 		"--skip="+skipRegexp(specs),
 		"--timeout="+specsTimeout.String(),
 		"--no-color",
@@ -181,6 +191,9 @@ func TestLoadBalancerSpecs(t *testing.T) {
 	}
 	failed := false
 	for name, e := range specs {
+		if !regexp.MustCompile(focus + ".*" + only).MatchString(name) {
+			continue
+		}
 		r, ok := results[name]
 		switch {
 		case !ok:
