@@ -255,8 +255,10 @@ func (c *cluster) tryKillOwner(t testing.TB, ccm *process.Process, svc *corev1.S
 		t.Fatalf("%s: traffic did not recover within 10 s of %s going down", addr, from)
 	}
 	if len(clients) > 1 {
-		if tr.routed, _, ok = traffic.Outage(clients[1].Stop(), tr.injected); !ok {
-			t.Fatalf("%s: the routed client's traffic did not recover within 10 s of %s going down", addr, from)
+		reqs := clients[1].Stop()
+		if tr.routed, _, ok = traffic.Outage(reqs, tr.injected); !ok {
+			mac, state, _ := c.Net.Router.Neighbor(addr)
+			t.Fatalf("%s: the routed client's traffic did not recover within 10 s of %s going down: %s; the router's entry: %s %s", addr, from, summary(reqs, tr.injected), mac, state)
 		}
 	}
 	tr.firstGood = tr.injected.Add(tr.outage)
@@ -595,3 +597,27 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// summary says how a client's requests went before and after a failure: how many
+// succeeded and failed, and the errors and nodes seen after it.
+func summary(reqs []traffic.Request, failure time.Time) string {
+	var before, after [2]int
+	seen := map[string]int{}
+	for _, r := range reqs {
+		ok := 0
+		if r.OK() {
+			ok = 1
+		}
+		if r.Start.Before(failure) {
+			before[ok]++
+			continue
+		}
+		after[ok]++
+		if r.OK() {
+			seen["answered by "+r.Node]++
+		} else {
+			seen[r.Err.Error()]++
+		}
+	}
+	return fmt.Sprintf("before: %d good, %d failed; after: %d good, %d failed %v", before[1], before[0], after[1], after[0], seen)
+}

@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -49,6 +51,9 @@ type Host struct {
 
 	num  byte   // host number: the last byte of IPv4
 	port string // a pod's end of its veth in the node's namespace
+
+	mu     sync.Mutex
+	routes []string // the routes via Interface that the Network added, as ip route takes them
 }
 
 // commandTimeout bounds the ip(8) commands of Host methods that take no context.
@@ -163,7 +168,33 @@ func (h *Host) SetLink(up bool) error {
 		if _, err := h.linkLocal(ctx); err != nil {
 			return err
 		}
+		// The kernel removed the routes via the link when it went down; a node's network
+		// configuration puts them back when it comes up.
+		h.mu.Lock()
+		routes := slices.Clone(h.routes)
+		h.mu.Unlock()
+		for _, r := range routes {
+			if _, err := h.ip(ctx, append([]string{"route", "replace"}, strings.Fields(r)...)...); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
+}
+
+// addRoutes adds routes via the host's Interface, each as ip route add takes it, and
+// keeps them for SetLink to put back.
+func (h *Host) addRoutes(ctx context.Context, routes ...string) error {
+	lines := make([]string, len(routes))
+	for i, r := range routes {
+		lines[i] = "route add " + r
+	}
+	if err := ipBatch(ctx, h.Name, lines...); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.routes = append(h.routes, routes...)
 	return nil
 }
 

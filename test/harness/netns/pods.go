@@ -59,16 +59,20 @@ func (n *Network) buildPodNetwork(ctx context.Context, node *Host) error {
 		fmt.Sprintf("addr add %s dev %s nodad", netip.PrefixFrom(gw6, node.PodSubnet6.Bits()), PodBridge),
 		fmt.Sprintf("link set %s up", PodBridge),
 	}
+	if err := ipBatch(ctx, node.Name, lines...); err != nil {
+		return err
+	}
+	var routes []string
 	for _, other := range n.Nodes {
 		if other == node {
 			continue
 		}
-		lines = append(lines,
-			fmt.Sprintf("route add %s via %s dev eth0", other.PodSubnet4, other.IPv4),
-			fmt.Sprintf("route add %s via %s dev eth0", other.PodSubnet6, other.IPv6),
+		routes = append(routes,
+			fmt.Sprintf("%s via %s dev eth0", other.PodSubnet4, other.IPv4),
+			fmt.Sprintf("%s via %s dev eth0", other.PodSubnet6, other.IPv6),
 		)
 	}
-	return ipBatch(ctx, node.Name, lines...)
+	return node.addRoutes(ctx, routes...)
 }
 
 // AddPod adds a pod called name (its Label; a Kubernetes Pod name, say) to node, a node

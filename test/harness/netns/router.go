@@ -96,9 +96,9 @@ func (n *Network) AddRouter() error {
 		return fmt.Errorf("add router: %w", err)
 	}
 	for _, h := range append(n.hosts(), n.Bridge) {
-		err := ipBatch(ctx, h.Name,
-			fmt.Sprintf("route add %s via %s dev %s", routedSubnet4, router.IPv4, h.Interface),
-			fmt.Sprintf("route add %s via %s dev %s", routedSubnet6, router.IPv6, h.Interface),
+		err := h.addRoutes(ctx,
+			fmt.Sprintf("%s via %s dev %s", routedSubnet4, router.IPv4, h.Interface),
+			fmt.Sprintf("%s via %s dev %s", routedSubnet6, router.IPv6, h.Interface),
 		)
 		if err != nil {
 			return fmt.Errorf("add router: %w", err)

@@ -42,6 +42,27 @@ func TestRouter(t *testing.T) {
 			}
 		}
 	}
+	// A node whose link went down and came back has its routes again, as a node's
+	// network configuration puts them back: to the routed client, and to the other
+	// node's pods.
+	if err := n.Nodes[0].SetLink(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Nodes[0].SetLink(true); err != nil {
+		t.Fatal(err)
+	}
+	out, err := n.Nodes[0].Run(t.Context(), "ip", "route")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"203.0.113.0/24 via 198.18.0.253", n.Nodes[1].PodSubnet4.String() + " via " + n.Nodes[1].IPv4.String()} {
+		if !strings.Contains(out, want) {
+			t.Errorf("node1's routes after its link came back lack %q:\n%s", want, out)
+		}
+	}
+	if err := n.Nodes[0].Ping(r.IPv4, pingTimeout); err != nil {
+		t.Errorf("node1 → routed, after its link came back: %v", err)
+	}
 	// The router resolved node1 on the segment: the entry a failover must change.
 	if mac, _, err := n.Router.Neighbor(n.Nodes[0].IPv4); err != nil || mac.String() != n.Nodes[0].MAC.String() {
 		t.Errorf("the router's neighbour entry of node1: %v, %v; want %s", mac, err, n.Nodes[0].MAC)
