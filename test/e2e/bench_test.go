@@ -92,6 +92,7 @@ func benchNodeDeath(b *testing.B) ([]row, string) {
 		for _, r := range results {
 			routed = append(routed, r.routed)
 		}
+		slices.Sort(routed)
 		rows = append(rows, row{
 			name:    "node death, " + family(addr) + ", client behind a router",
 			outages: routed,
