@@ -120,7 +120,7 @@ func EditorForTest(t testing.TB, config string) string {
 	return editor
 }
 
-// RunEditor, in a test binary's TestMain, does the editing of EditorForTest and exits
+// RunEditor does, in a test binary's TestMain, the editing of EditorForTest and exits
 // when the binary runs as that editor, and returns otherwise.
 func RunEditor() {
 	config := os.Getenv(editorEnv)
