@@ -199,6 +199,7 @@ func (a *Agent) build(ctx context.Context, key *probe.Key, ccmKey *probe.Verifie
 		// Perhaps cut off: once back, first learn what others took over meanwhile.
 		LinkLost: func(string) { a.verdict.Unconfirm() },
 		Unable:   a.responder.SetUnable,
+		Conflict: a.duplicateAddress,
 	}
 	if a.cfg.SweepConntrack {
 		a.sweeper = conntrack.NewSweeper(conntrack.Kernel{})
@@ -220,6 +221,11 @@ func (a *Agent) build(ctx context.Context, key *probe.Key, ccmKey *probe.Verifie
 	legacyregistry.MustRegister(realtime.Metrics()...)
 	legacyregistry.MustRegister(conntrack.Metrics()...)
 	return nil
+}
+
+// duplicateAddress has the watcher record the events of an address another host claims.
+func (a *Agent) duplicateAddress(c speaker.Conflict) {
+	a.watcher.DuplicateAddress(c.Address, c.Claim, c.Interface, c.MAC)
 }
 
 // unplaced has the watcher record the events of an address the speaker has no interface

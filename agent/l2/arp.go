@@ -7,7 +7,6 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
-	"golang.org/x/net/bpf"
 )
 
 // zeroMAC is the target hardware address of a gratuitous ARP request, as RFC 5227 has it.
@@ -73,34 +72,3 @@ func arpFrame(dst, src net.HardwareAddr, p *arp.Packet) []byte {
 	}
 	return b
 }
-
-// Offsets in an Ethernet frame of an ARP packet's fields (RFC 826, for IPv4 over Ethernet).
-const (
-	arpOperationOff = 14 + 6
-	arpSenderIPOff  = 14 + 8 + 6
-	arpTargetIPOff  = 14 + 8 + 6 + 4 + 6
-)
-
-// requestFilter keeps a packet socket to ARP requests that ask a question: operation 1,
-// sender address other than the target address. Replies and announcements stay in the
-// kernel: in a failover the new owner sends thousands of gratuitous requests to
-// broadcast, and every other node's socket would copy each to user space only to drop
-// it there.
-var requestFilter = func() []bpf.RawInstruction {
-	raw, err := bpf.Assemble([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: 12, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(ethernet.EtherTypeARP), SkipTrue: 7},
-		bpf.LoadAbsolute{Off: arpOperationOff, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(arp.OperationRequest), SkipTrue: 5},
-		bpf.LoadAbsolute{Off: arpSenderIPOff, Size: 4},
-		bpf.TAX{},
-		bpf.LoadAbsolute{Off: arpTargetIPOff, Size: 4},
-		bpf.JumpIfX{Cond: bpf.JumpEqual, SkipTrue: 1},
-		bpf.RetConstant{Val: 1 << 16},
-		bpf.RetConstant{Val: 0},
-	})
-	if err != nil {
-		panic("l2: assemble the ARP request filter: " + err.Error())
-	}
-	return raw
-}()

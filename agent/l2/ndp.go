@@ -8,7 +8,6 @@ import (
 
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/ndp"
-	"golang.org/x/net/bpf"
 )
 
 const (
@@ -26,23 +25,11 @@ var allNodes = netip.MustParseAddr("ff02::1")
 // target, and no others: a packet socket also sees frames flooded to other hosts. It drops
 // what RFC 4861 (7.1.1) says to drop, checksum included; the Drop says why.
 func NDPReply(frame []byte, mac net.HardwareAddr, src netip.Addr, owns func(netip.Addr) bool) ([]byte, Drop) {
-	var f ethernet.Frame
-	if f.UnmarshalBinary(frame) != nil || f.EtherType != ethernet.EtherTypeIPv6 {
-		return nil, Malformed
-	}
-	if f.VLAN != nil || f.ServiceVLAN != nil {
-		return nil, VLANTagged
+	f, from, to, icmp, why := icmpv6Frame(frame)
+	if why != Answered {
+		return nil, why
 	}
 	p := f.Payload
-	if len(p) < ipv6HeaderLen || p[0]>>4 != 6 || p[6] != protocolICMPv6 {
-		return nil, Malformed
-	}
-	n := int(binary.BigEndian.Uint16(p[4:6]))
-	if len(p) < ipv6HeaderLen+n {
-		return nil, Malformed
-	}
-	from, to := netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
-	icmp := p[ipv6HeaderLen : ipv6HeaderLen+n]
 	m, err := ndp.ParseMessage(icmp)
 	if err != nil {
 		return nil, Malformed
@@ -75,6 +62,28 @@ func NDPReply(frame []byte, mac net.HardwareAddr, src netip.Addr, owns func(neti
 		dst, dstMAC, solicited = allNodes, multicastMAC(allNodes), false
 	}
 	return naFrame(dstMAC, mac, src, dst, ns.TargetAddress, solicited), Answered
+}
+
+// icmpv6Frame splits an Ethernet frame holding an ICMPv6 message right after the IPv6
+// header into the frame, the IPv6 source and destination and the message. The Drop is
+// Answered when it does, and otherwise says why not.
+func icmpv6Frame(frame []byte) (f ethernet.Frame, from, to netip.Addr, icmp []byte, why Drop) {
+	if f.UnmarshalBinary(frame) != nil || f.EtherType != ethernet.EtherTypeIPv6 {
+		return f, from, to, nil, Malformed
+	}
+	if f.VLAN != nil || f.ServiceVLAN != nil {
+		return f, from, to, nil, VLANTagged
+	}
+	p := f.Payload
+	if len(p) < ipv6HeaderLen || p[0]>>4 != 6 || p[6] != protocolICMPv6 {
+		return f, from, to, nil, Malformed
+	}
+	n := int(binary.BigEndian.Uint16(p[4:6]))
+	if n < 4 || len(p) < ipv6HeaderLen+n {
+		return f, from, to, nil, Malformed
+	}
+	from, to = netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
+	return f, from, to, p[ipv6HeaderLen : ipv6HeaderLen+n], Answered
 }
 
 func hasSourceLinkLayer(ns *ndp.NeighborSolicitation) bool {
@@ -157,23 +166,3 @@ func multicastMAC(group netip.Addr) net.HardwareAddr {
 	a := group.As16()
 	return net.HardwareAddr{0x33, 0x33, a[12], a[13], a[14], a[15]}
 }
-
-// nsFilter keeps a packet socket to neighbour solicitations: IPv6, ICMPv6 right after the
-// fixed header (solicitations carry no extension headers), type 135. Every other frame
-// stays in the kernel instead of being copied to the agent.
-var nsFilter = func() []bpf.RawInstruction {
-	raw, err := bpf.Assemble([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: 12, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(ethernet.EtherTypeIPv6), SkipTrue: 4},
-		bpf.LoadAbsolute{Off: 14 + 6, Size: 1},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: protocolICMPv6, SkipTrue: 2},
-		bpf.LoadAbsolute{Off: 14 + ipv6HeaderLen, Size: 1},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: typeNS, SkipTrue: 1},
-		bpf.RetConstant{Val: 0},
-		bpf.RetConstant{Val: 1 << 16},
-	})
-	if err != nil {
-		panic("l2: assemble the neighbour solicitation filter: " + err.Error())
-	}
-	return raw
-}()

@@ -3,13 +3,15 @@
 // interface and family.
 //
 // Requests are read from a packet socket and answered there; ownership changes take
-// effect for the next frame read. Gaining an address is announced (gratuitous ARP,
+// effect for the next frame read. The same socket reads the frames in which another host
+// claims an address the Responder owns (Claim), so that a conflict is noticed. Gaining an address is announced (gratuitous ARP,
 // unsolicited neighbour advertisement) with Announce, which the caller repeats: without an
 // announcement, a client keeps sending to the old owner until its neighbour entry times
 // out, tens of seconds. Reannounce sends the same later on, to keep the network told.
 package l2
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +27,8 @@ import (
 	"github.com/mdlayher/packet"
 	"golang.org/x/net/ipv6"
 	"k8s.io/klog/v2"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 )
 
 // Stats counts what a Responder has done.
@@ -41,6 +45,19 @@ type Stats struct {
 	Gratuitous uint64
 	// Refreshes is the number of announcements sent with Reannounce.
 	Refreshes uint64
+	// Claims is the number of frames read in which another hardware address claims an
+	// owned address: each was passed to Config.Claims.
+	Claims uint64
+}
+
+// Config configures a Responder.
+type Config struct {
+	// Ranges are the ranges of the pools: the kernel's filter lets through the frames
+	// that claim an address inside them, and keeps others' claims in the kernel.
+	Ranges []iprange.Range
+	// Claims, if set, is called from Serve with every claim of an owned address for
+	// another hardware address than the interface's. It must not block.
+	Claims func(Claim)
 }
 
 // A Responder answers ARP or NDP on one interface for the addresses set with Set. Its
@@ -53,27 +70,28 @@ type Responder struct {
 	// link-local address, the source of advertisements. Nil for IPv4.
 	groups *ndp.Conn
 	src    netip.Addr
+	claims func(Claim)
 
 	owned atomic.Pointer[map[netip.Addr]struct{}]
 	mu    sync.Mutex // serialises Set
 
-	read, requests, answered, gratuitous, refreshes atomic.Uint64
+	read, requests, answered, gratuitous, refreshes, claimed atomic.Uint64
 }
 
 // ListenARP returns a Responder for the IPv4 addresses of interface ifi, owning none.
-func ListenARP(ifi *net.Interface) (*Responder, error) {
-	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), &packet.Config{Filter: requestFilter})
+func ListenARP(ifi *net.Interface, cfg Config) (*Responder, error) {
+	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), &packet.Config{Filter: arpFilter(cfg.Ranges)})
 	if err != nil {
 		return nil, fmt.Errorf("listen for ARP on %s: %w", ifi.Name, err)
 	}
-	return newResponder(ifi, conn, nil, netip.Addr{}), nil
+	return newResponder(ifi, conn, nil, netip.Addr{}, cfg), nil
 }
 
 // ListenNDP returns a Responder for the IPv6 addresses of interface ifi, owning none.
 // It needs the interface's link-local address, and retries until ctx ends while that
 // address is still tentative (duplicate address detection runs for about a second after
 // an interface comes up).
-func ListenNDP(ctx context.Context, ifi *net.Interface) (*Responder, error) {
+func ListenNDP(ctx context.Context, ifi *net.Interface, cfg Config) (*Responder, error) {
 	var groups *ndp.Conn
 	var src netip.Addr
 	for {
@@ -99,18 +117,31 @@ func ListenNDP(ctx context.Context, ifi *net.Interface) (*Responder, error) {
 		groups.Close()
 		return nil, fmt.Errorf("listen for NDP on %s: filter ICMPv6: %w", ifi.Name, err)
 	}
-	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeIPv6), &packet.Config{Filter: nsFilter})
+	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeIPv6), &packet.Config{Filter: ndpFilter(cfg.Ranges)})
 	if err != nil {
 		groups.Close()
 		return nil, fmt.Errorf("listen for NDP on %s: %w", ifi.Name, err)
 	}
-	return newResponder(ifi, conn, groups, src), nil
+	return newResponder(ifi, conn, groups, src, cfg), nil
 }
 
-func newResponder(ifi *net.Interface, conn *packet.Conn, groups *ndp.Conn, src netip.Addr) *Responder {
-	r := &Responder{ifi: *ifi, ipv6: groups != nil, conn: conn, groups: groups, src: src}
+func newResponder(ifi *net.Interface, conn *packet.Conn, groups *ndp.Conn, src netip.Addr, cfg Config) *Responder {
+	r := &Responder{ifi: *ifi, ipv6: groups != nil, conn: conn, groups: groups, src: src, claims: cfg.Claims}
 	r.owned.Store(&map[netip.Addr]struct{}{})
 	return r
+}
+
+// SetRanges makes the kernel's filter let through the claims of addresses in ranges,
+// as Config.Ranges, from the next frame on: the pools changed.
+func (r *Responder) SetRanges(ranges []iprange.Range) error {
+	filter := arpFilter(ranges)
+	if r.ipv6 {
+		filter = ndpFilter(ranges)
+	}
+	if err := r.conn.SetBPF(filter); err != nil {
+		return fmt.Errorf("filter the pools' claims on %s: %w", r.ifi.Name, err)
+	}
+	return nil
 }
 
 // Interface returns the interface the Responder answers on.
@@ -219,6 +250,7 @@ func (r *Responder) Serve() error {
 			return fmt.Errorf("read on %s: %w", r.ifi.Name, err)
 		}
 		r.read.Add(1)
+		r.checkClaim(buf[:n])
 		var reply []byte
 		var why Drop
 		if r.ipv6 {
@@ -237,9 +269,29 @@ func (r *Responder) Serve() error {
 	}
 }
 
+// checkClaim passes on what frame claims, when it claims an owned address for another
+// hardware address than the interface's: the frames the Responder sends itself come
+// back on its socket too.
+func (r *Responder) checkClaim(frame []byte) {
+	if r.claims == nil {
+		return
+	}
+	var c Claim
+	if r.ipv6 {
+		c = NDPClaim(frame)
+	} else {
+		c = ARPClaim(frame)
+	}
+	if c.Kind == NoClaim || bytes.Equal(c.MAC, r.ifi.HardwareAddr) || !r.Owns(c.Addr) {
+		return
+	}
+	r.claimed.Add(1)
+	r.claims(c)
+}
+
 // Stats returns what the Responder has done so far.
 func (r *Responder) Stats() Stats {
-	return Stats{Read: r.read.Load(), Requests: r.requests.Load(), Answered: r.answered.Load(), Gratuitous: r.gratuitous.Load(), Refreshes: r.refreshes.Load()}
+	return Stats{Read: r.read.Load(), Requests: r.requests.Load(), Answered: r.answered.Load(), Gratuitous: r.gratuitous.Load(), Refreshes: r.refreshes.Load(), Claims: r.claimed.Load()}
 }
 
 // Close stops answering and releases the sockets; Serve then returns, and Owns reports

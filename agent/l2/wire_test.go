@@ -12,6 +12,7 @@ import (
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/packet"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
 )
 
@@ -32,29 +33,43 @@ func listen[T any](t *testing.T, h *netns.Host, open func(*net.Interface) (T, er
 	return v
 }
 
-// TestARPOnTheWire has a Responder on a real interface answer a request sent among a
-// failover's worth of other nodes' announcements and replies, while it announces
-// addresses of its own, and sees that only the request reached user space.
-func TestARPOnTheWire(t *testing.T) {
-	const noise = 200
+// onTheWire starts an ARP Responder configured with cfg on node1 of a new network, and
+// opens a packet socket for ARP on node2, its peer.
+func onTheWire(t *testing.T, cfg Config) (r *Responder, owner, peer *netns.Host, conn *packet.Conn) {
+	t.Helper()
 	n := netns.ForTest(t, 2)
-	owner, peer := n.Nodes[0], n.Nodes[1]
-	r := listen(t, owner, ListenARP)
+	owner, peer = n.Nodes[0], n.Nodes[1]
+	r = listen(t, owner, func(ifi *net.Interface) (*Responder, error) { return ListenARP(ifi, cfg) })
 	t.Cleanup(func() { r.Close() })
-	go func() { _ = r.Serve() }() // nil once closed; an error shows as the request unanswered
-	conn := listen(t, peer, func(ifi *net.Interface) (*packet.Conn, error) {
+	go func() { _ = r.Serve() }() // nil once closed; an error shows as a test's frame unread
+	conn = listen(t, peer, func(ifi *net.Interface) (*packet.Conn, error) {
 		return packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
 	})
 	t.Cleanup(func() { conn.Close() })
+	return r, owner, peer, conn
+}
 
-	vip := netip.MustParseAddr("198.18.0.210")
+// own makes r own vip and n more addresses, 198.18.2.0 on, and returns them, vip first.
+func own(t *testing.T, r *Responder, vip netip.Addr, n int) []netip.Addr {
+	t.Helper()
 	owned := []netip.Addr{vip}
-	for i := range noise {
+	for i := range n {
 		owned = append(owned, netip.AddrFrom4([4]byte{198, 18, 2, byte(i)}))
 	}
 	if _, err := r.Set(owned); err != nil {
 		t.Fatal(err)
 	}
+	return owned
+}
+
+// TestARPOnTheWire has a Responder on a real interface answer a request sent among a
+// failover's worth of other nodes' announcements and replies, while it announces
+// addresses of its own, and sees that only the request reached user space.
+func TestARPOnTheWire(t *testing.T) {
+	const noise = 200
+	r, owner, peer, conn := onTheWire(t, Config{})
+	vip := netip.MustParseAddr("198.18.0.210")
+	owned := own(t, r, vip, noise)
 	// The owner's own announcements go out too, as in a takeover.
 	for _, a := range owned[1:] {
 		if err := r.Announce(a); err != nil {
@@ -92,6 +107,55 @@ func TestARPOnTheWire(t *testing.T) {
 	}
 	if st.Gratuitous != noise {
 		t.Errorf("Stats().Gratuitous = %d, want %d", st.Gratuitous, noise)
+	}
+}
+
+// TestClaimsOnTheWire has a Responder read, among a failover's worth of other nodes'
+// announcements of the pool's addresses and its own announcements, a host's claim of an
+// address it owns, and sees that only the claim is passed on, and that its own frames and
+// claims outside the pools stay in the kernel (a packet socket bound to one protocol does
+// not see the frames its host sends).
+func TestClaimsOnTheWire(t *testing.T) {
+	const noise = 200
+	claims := make(chan Claim, 10)
+	pools := []iprange.Range{iprange.FromPrefix(netip.MustParsePrefix("198.18.0.0/16"))}
+	r, _, peer, conn := onTheWire(t, Config{Ranges: pools, Claims: func(c Claim) { claims <- c }})
+	vip := netip.MustParseAddr("198.18.0.210")
+	owned := own(t, r, vip, noise)
+	for _, a := range owned {
+		if err := r.Announce(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bcast := &packet.Addr{HardwareAddr: ethernet.Broadcast}
+	for i := range noise {
+		// Inside the pools but not owned: read, and dropped in user space.
+		if _, err := conn.WriteTo(GratuitousARP(peer.MAC, netip.AddrFrom4([4]byte{198, 18, 1, byte(i)})), bcast); err != nil {
+			t.Fatal(err)
+		}
+		// Outside the pools: kept in the kernel.
+		if _, err := conn.WriteTo(GratuitousARP(peer.MAC, netip.AddrFrom4([4]byte{10, 0, 1, byte(i)})), bcast); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.WriteTo(GratuitousARP(peer.MAC, vip), bcast); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-claims:
+		if c.Addr != vip || !bytes.Equal(c.MAC, peer.MAC) || c.Kind != ClaimAnnouncement {
+			t.Errorf("claim %+v, want an announcement of %s by %s", c, vip, peer.MAC)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer's announcement of an owned address was not passed on")
+	}
+	if st := r.Stats(); st.Claims != 1 || st.Read != noise+1 {
+		t.Errorf("Stats() = %+v, want 1 claim, and %d frames read: the peer's announcements inside the pools, none of the %d outside them nor of the owner's own %d", st, noise+1, noise, len(owned))
+	}
+	select {
+	case c := <-claims:
+		t.Errorf("another claim passed on: %+v", c)
+	default:
 	}
 }
 

@@ -53,6 +53,9 @@ type Options struct {
 	// Gained, if set, is called with the addresses the node begins to announce on an
 	// interface, as it begins. It must not block or keep the slice.
 	Gained func([]netip.Addr)
+	// Conflict, if set, is called when another host claims an address the node announces
+	// (see Conflict), at most once a minute for one host and address.
+	Conflict func(Conflict)
 }
 
 type respKey struct {
@@ -85,6 +88,9 @@ type Speaker struct {
 	refreshes   *schedule
 	refreshWake chan struct{}
 	draining    bool
+	// ownMACs are the hardware addresses of the node's links, by string(mac).
+	ownMACs   atomic.Pointer[map[string]bool]
+	conflicts *conflicts
 }
 
 type responder struct {
@@ -96,6 +102,8 @@ type responder struct {
 	// lingering are the owned addresses that moved away while this node drains: answered,
 	// never announced.
 	lingering map[netip.Addr]bool
+	// gained says when each owned address was gained.
+	gained map[netip.Addr]time.Time
 }
 
 // announces reports whether r still announces addr: it owns it, and it has not moved
@@ -121,6 +129,7 @@ func New(opts Options) *Speaker {
 		unplaced:    map[netip.Addr]bool{},
 		refreshes:   newSchedule(time.Now()),
 		refreshWake: make(chan struct{}, 1),
+		conflicts:   newConflicts(),
 	}
 }
 
@@ -226,15 +235,36 @@ func (s *Speaker) refresh() {
 		}
 	}
 	s.links, s.haveLinks = links, true
+	macs := make(map[string]bool, len(links))
+	for _, l := range links {
+		macs[string(l.MAC)] = true
+	}
+	s.ownMACs.Store(&macs)
 	s.reconcile()
 }
 
-// SetPools sets the pools whose announceability Options.Unable reports.
+// SetPools sets the pools whose announceability Options.Unable reports, and whose
+// addresses' claims by other hosts the responders read.
 func (s *Speaker) SetPools(pools []config.Pool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pools = pools
 	s.tellUnable()
+	ranges := poolRanges(pools)
+	for k, r := range s.responders {
+		if err := r.SetRanges(ranges); err != nil {
+			klog.ErrorS(err, "Cannot filter the claims of the pools' addresses; another host's claims may go unnoticed", "interface", k.link)
+		}
+	}
+}
+
+// poolRanges returns the ranges of every pool.
+func poolRanges(pools []config.Pool) []iprange.Range {
+	var out []iprange.Range
+	for _, p := range pools {
+		out = append(out, p.Ranges...)
+	}
+	return out
 }
 
 // tellUnable tells Options.Unable what the node cannot announce, if it changed. s.mu is
@@ -340,6 +370,7 @@ func (s *Speaker) reconcile() {
 		r.lingering = lingering
 		r.mu.Unlock()
 		gained, err := r.Set(addrs)
+		r.noteGained(gained, addrs)
 		if err != nil {
 			klog.ErrorS(err, "Cannot join the multicast groups of addresses", "interface", k.link)
 		}
@@ -372,24 +403,30 @@ func (s *Speaker) reconcile() {
 
 func (s *Speaker) listen(k respKey, l Link) (*responder, error) {
 	ifi := &net.Interface{Index: l.Index, Name: l.Name, HardwareAddr: l.MAC, MTU: l.MTU}
+	var resp *responder
+	cfg := l2.Config{
+		Ranges: poolRanges(s.pools),
+		// Set below, before Serve reads a frame.
+		Claims: func(c l2.Claim) { s.claimed(k, resp, c) },
+	}
 	var r *l2.Responder
 	var err error
 	if k.family == iprange.IPv6 {
 		ctx, cancel := context.WithTimeout(context.Background(), listenNDPTimeout)
-		r, err = l2.ListenNDP(ctx, ifi)
+		r, err = l2.ListenNDP(ctx, ifi, cfg)
 		cancel()
 	} else {
-		r, err = l2.ListenARP(ifi)
+		r, err = l2.ListenARP(ifi, cfg)
 	}
 	if err != nil {
 		return nil, err
 	}
+	resp = &responder{Responder: r, link: l, gained: map[netip.Addr]time.Time{}}
 	go func() {
 		if err := r.Serve(); err != nil {
 			klog.ErrorS(err, "Stopped answering on an interface", "interface", l.Name)
 		}
 	}()
-	resp := &responder{Responder: r, link: l}
 	s.responders[k] = resp
 	return resp, nil
 }
@@ -405,6 +442,28 @@ func (s *Speaker) closeResponder(k respKey) {
 		klog.ErrorS(err, "Closing a responder", "interface", k.link)
 	}
 	addStats(&s.retired[k.family], r.Stats())
+}
+
+// noteGained records when the addresses of gained were gained, and forgets those no
+// longer in owned.
+func (r *responder) noteGained(gained, owned []netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for _, a := range gained {
+		r.gained[a] = now
+	}
+	if len(r.gained) > len(owned) {
+		keep := make(map[netip.Addr]bool, len(owned))
+		for _, a := range owned {
+			keep[a] = true
+		}
+		for a := range r.gained {
+			if !keep[a] {
+				delete(r.gained, a)
+			}
+		}
+	}
 }
 
 // announce sends the announcements of addresses gained together, of each as long as r

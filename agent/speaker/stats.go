@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"net/netip"
+	"time"
 
 	"k8s.io/component-base/metrics"
 
@@ -20,6 +21,11 @@ type Stats struct {
 	Packets [2]l2.Stats
 	// Resubscriptions counts the netlink subscriptions renewed after they failed.
 	Resubscriptions uint64
+	// Claims counts the claims of owned addresses by other hardware addresses, per family
+	// and outcome.
+	Claims [2][claimOutcomes]uint64
+	// Conflicted is the number of addresses with a conflict reported in the last minute.
+	Conflicted int
 }
 
 // Stats returns what the Speaker has done so far.
@@ -29,6 +35,7 @@ func (s *Speaker) Stats() Stats {
 	var st Stats
 	st.Unplaced = len(s.unplaced)
 	st.Resubscriptions = s.resubscriptions.Load()
+	st.Claims, st.Conflicted = s.conflicts.stats(time.Now())
 	owned := [2]map[netip.Addr]bool{{}, {}}
 	st.Packets = s.retired
 	for k, r := range s.responders {
@@ -49,6 +56,7 @@ func addStats(a *l2.Stats, b l2.Stats) {
 	a.Answered += b.Answered
 	a.Gratuitous += b.Gratuitous
 	a.Refreshes += b.Refreshes
+	a.Claims += b.Claims
 }
 
 // Collector exposes a Speaker's Stats as metrics, read when scraped.
@@ -63,7 +71,7 @@ func NewCollector(s *Speaker) *Collector { return &Collector{s: s} }
 
 var (
 	descRead = metrics.NewDesc("baremetal_agent_frames_read_total",
-		"Frames read from the ARP and NDP sockets, per family: the requests that passed the kernel's filter (replies and announcements stay in the kernel), for an owned address or not.",
+		"Frames read from the ARP and NDP sockets, per family: the requests that passed the kernel's filter, for an owned address or not, and the replies and announcements of the pools' addresses by other hosts (others stay in the kernel).",
 		[]string{"family"}, nil, metrics.ALPHA, "")
 	descRequests = metrics.NewDesc("baremetal_agent_requests_total",
 		"ARP requests and neighbour solicitations received for an owned address, per family.",
@@ -83,6 +91,12 @@ var (
 	descUnplaced = metrics.NewDesc("baremetal_agent_addresses_without_interface",
 		"Addresses this node should announce but has no up interface for.",
 		nil, nil, metrics.ALPHA, "")
+	descClaims = metrics.NewDesc("baremetal_agent_address_claims_total",
+		"Frames in which another host claimed an address this node announces (an ARP reply or announcement, a request or solicitation from the address, a neighbour advertisement, duplicate address detection), per family and outcome: Reported as a conflict (event DuplicateAddress), Repeated within a minute of its report, Takeover or Moved (the address changing node), OwnInterface (another interface of this node), Limited (too many at once).",
+		[]string{"family", "outcome"}, nil, metrics.ALPHA, "")
+	descConflicted = metrics.NewDesc("baremetal_agent_conflicted_addresses",
+		"Addresses this node announces that another host claimed in the last minute: clients may reach either host.",
+		nil, nil, metrics.ALPHA, "")
 	descResubscriptions = metrics.NewDesc("baremetal_agent_netlink_resubscriptions_total",
 		"Netlink subscriptions to link and address changes renewed after they failed (ENOBUFS on a busy node).",
 		nil, nil, metrics.ALPHA, "")
@@ -90,7 +104,7 @@ var (
 
 // DescribeWithStability implements metrics.StableCollector.
 func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{descRead, descRequests, descAnswered, descGratuitous, descRefreshes, descOwned, descUnplaced, descResubscriptions} {
+	for _, d := range []*metrics.Desc{descRead, descRequests, descAnswered, descGratuitous, descRefreshes, descOwned, descUnplaced, descResubscriptions, descClaims, descConflicted} {
 		ch <- d
 	}
 }
@@ -106,7 +120,11 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(descGratuitous, metrics.CounterValue, float64(p.Gratuitous), name)
 		ch <- metrics.NewLazyConstMetric(descRefreshes, metrics.CounterValue, float64(p.Refreshes), name)
 		ch <- metrics.NewLazyConstMetric(descOwned, metrics.GaugeValue, float64(st.Owned[f]), name)
+		for o := range claimOutcomes {
+			ch <- metrics.NewLazyConstMetric(descClaims, metrics.CounterValue, float64(st.Claims[f][o]), name, o.String())
+		}
 	}
+	ch <- metrics.NewLazyConstMetric(descConflicted, metrics.GaugeValue, float64(st.Conflicted))
 	ch <- metrics.NewLazyConstMetric(descUnplaced, metrics.GaugeValue, float64(st.Unplaced))
 	ch <- metrics.NewLazyConstMetric(descResubscriptions, metrics.CounterValue, float64(st.Resubscriptions))
 }

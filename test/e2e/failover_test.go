@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/controlplane"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/events"
@@ -469,6 +470,11 @@ func TestFailover(t *testing.T) {
 			t.Error("the restarted ccm never logged that it led")
 		}
 	})
+	// Every takeover above had the previous announcer's last frames around it, and the
+	// drained agent kept answering after the move: none of it is another host's claim.
+	if n := c.countEvents(t, svc, servicewatch.ReasonDuplicateAddress); n != 0 {
+		t.Errorf("%d DuplicateAddress events after the failovers, want none: a takeover taken for a conflict", n)
+	}
 }
 
 // watchBroken reports whether a client-go program's log (at -v=2 or more) says, after

@@ -123,6 +123,7 @@ type Network struct {
 	mu         sync.Mutex
 	created    []string // namespaces created so far, in order of creation
 	pods       []*Host  // pods added and not removed, in order of creation
+	extra      []*Host  // hosts added by AddHost
 	forwarders []*forwarder
 	closed     bool
 	closeErr   error

@@ -60,12 +60,10 @@ func (n *Network) AddRouter() error {
 			return fmt.Errorf("add router: %w", err)
 		}
 	}
+	if err := n.attach(ctx, router); err != nil {
+		return fmt.Errorf("add router: %w", err)
+	}
 	err := ipBatch(ctx, router.Name,
-		"link set lo up",
-		fmt.Sprintf("link add eth0 address %s type veth peer name %s netns %s", router.MAC, router.Label, n.Bridge.Name),
-		fmt.Sprintf("addr add %s dev eth0", netip.PrefixFrom(router.IPv4, subnet4.Bits())),
-		fmt.Sprintf("addr add %s dev eth0 nodad", netip.PrefixFrom(router.IPv6, subnet6.Bits())),
-		"link set eth0 up",
 		fmt.Sprintf("link add eth1 address 02:00:02:00:00:01 type veth peer name eth0 netns %s", client.Name),
 		fmt.Sprintf("addr add %s dev eth1", netip.PrefixFrom(gw4, routedSubnet4.Bits())),
 		fmt.Sprintf("addr add %s dev eth1 nodad", netip.PrefixFrom(gw6, routedSubnet6.Bits())),
@@ -75,12 +73,6 @@ func (n *Network) AddRouter() error {
 		return fmt.Errorf("add router: %w", err)
 	}
 	if err := router.EnableForwarding(); err != nil {
-		return fmt.Errorf("add router: %w", err)
-	}
-	if err := n.Bridge.setSysctls([]sysctl{{"net/ipv6/conf/" + router.Label + "/disable_ipv6", "1"}}); err != nil {
-		return fmt.Errorf("add router: %w", err)
-	}
-	if err := ipBatch(ctx, n.Bridge.Name, fmt.Sprintf("link set %s master br0 up", router.Label)); err != nil {
 		return fmt.Errorf("add router: %w", err)
 	}
 	err = ipBatch(ctx, client.Name,
