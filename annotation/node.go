@@ -36,9 +36,9 @@ func ReadNode(n *v1.Node, drainOnCordon bool) (Maintenance, error) {
 	m := Maintenance{OutOfService: slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool {
 		return t.Key == v1.TaintNodeOutOfService
 	})}
-	value, ok := n.Annotations[Drain]
 	var err error
-	if ok {
+	if _, ok := n.Annotations[Drain]; ok {
+		var value string
 		if value, err = readFrom(n.Annotations, Drain); err == nil {
 			switch value {
 			case "true":
