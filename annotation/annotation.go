@@ -1,6 +1,7 @@
 // Package annotation holds the Service annotations of cloud-provider-baremetal, each with
 // its type, default and an example, and Parse, the one reader of what a Service asks of
-// the load balancer. The ccm (allocation, announcer, status) and the agent both decide from
+// the load balancer; and the one Node annotation, Drain, with ReadNode, the one reader of
+// what a Node says of planned maintenance. The ccm (allocation, announcer, status) and the agent both decide from
 // Parse's Request, so that no two places read a Service differently.
 package annotation
 
@@ -36,6 +37,13 @@ const (
 	Standbys = Prefix + "standbys"
 )
 
+// The operator's annotation of a Node.
+const (
+	// Drain, "true", moves every address off the Node, in order: the new announcer
+	// announces before the Node stops answering. "false" or absent: the Node may announce.
+	Drain = Prefix + "drain"
+)
+
 // Spec documents one annotation. The configuration reference (docs/configuration.md) is
 // checked against Specs.
 type Spec struct {
@@ -49,6 +57,8 @@ type Spec struct {
 	Example string
 	// WrittenBy is "user" for the annotations a user sets, "ccm" for the ccm's own.
 	WrittenBy string
+	// Object is the kind of object the annotation is set on: "Service" or "Node".
+	Object string
 	// MaxBytes is the longest value accepted: a longer one is refused whole.
 	MaxBytes int
 	// MaxItems is the most non-blank comma-separated entries of a list; 0 for a single
@@ -69,11 +79,12 @@ const (
 
 // Specs lists every annotation of the project.
 var Specs = []Spec{
-	{Key: Pool, Type: "pool name", Default: "the first auto-assign pool open to the Service", Example: "public", WrittenBy: "user", MaxBytes: MaxValueBytes},
-	{Key: IPs, Type: "comma-separated IP addresses, at most one per family", Default: "the lowest free address of each family", Example: "192.0.2.10,2001:db8::10", WrittenBy: "user", MaxBytes: MaxValueBytes, MaxItems: 2},
-	{Key: AllowSharedIP, Type: "sharing key (any text)", Default: "the address is the Service's alone", Example: "web", WrittenBy: "user", MaxBytes: MaxValueBytes},
-	{Key: SharedIPNamespaces, Type: "comma-separated namespace names", Default: "sharing stays within the Service's namespace", Example: "team-b", WrittenBy: "user", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
-	{Key: PreferredNodes, Type: "comma-separated node names, in order of preference", Default: "no preference", Example: "edge-1,edge-2", WrittenBy: "user", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
-	{Key: Announcer, Type: "node name", Default: "no node announces", Example: "node-a", WrittenBy: "ccm", MaxBytes: MaxValueBytes},
-	{Key: Standbys, Type: "comma-separated node names, in order", Default: "no node stands by", Example: "node-b,node-c", WrittenBy: "ccm", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
+	{Key: Pool, Type: "pool name", Default: "the first auto-assign pool open to the Service", Example: "public", WrittenBy: "user", Object: "Service", MaxBytes: MaxValueBytes},
+	{Key: IPs, Type: "comma-separated IP addresses, at most one per family", Default: "the lowest free address of each family", Example: "192.0.2.10,2001:db8::10", WrittenBy: "user", Object: "Service", MaxBytes: MaxValueBytes, MaxItems: 2},
+	{Key: AllowSharedIP, Type: "sharing key (any text)", Default: "the address is the Service's alone", Example: "web", WrittenBy: "user", Object: "Service", MaxBytes: MaxValueBytes},
+	{Key: SharedIPNamespaces, Type: "comma-separated namespace names", Default: "sharing stays within the Service's namespace", Example: "team-b", WrittenBy: "user", Object: "Service", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
+	{Key: PreferredNodes, Type: "comma-separated node names, in order of preference", Default: "no preference", Example: "edge-1,edge-2", WrittenBy: "user", Object: "Service", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
+	{Key: Announcer, Type: "node name", Default: "no node announces", Example: "node-a", WrittenBy: "ccm", Object: "Service", MaxBytes: MaxValueBytes},
+	{Key: Standbys, Type: "comma-separated node names, in order", Default: "no node stands by", Example: "node-b,node-c", WrittenBy: "ccm", Object: "Service", MaxBytes: MaxValueBytes, MaxItems: MaxListItems},
+	{Key: Drain, Type: "true or false", Default: "false: the node may announce", Example: "true", WrittenBy: "user", Object: "Node", MaxBytes: MaxValueBytes},
 }

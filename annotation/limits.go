@@ -20,7 +20,12 @@ var specs = func() map[string]*Spec {
 // that the value is over. It costs one pass over the value's bytes, so that what a hostile
 // value makes the parsers do afterwards is bounded by the limits.
 func read(svc *v1.Service, key string) (string, error) {
-	value := svc.Annotations[key]
+	return readFrom(svc.Annotations, key)
+}
+
+// readFrom is read of any object's annotations: a Node's as well as a Service's.
+func readFrom(annotations map[string]string, key string) (string, error) {
+	value := annotations[key]
 	spec := specs[key]
 	if len(value) > spec.MaxBytes {
 		return "", &FieldError{Field: key, Value: value,

@@ -30,6 +30,8 @@ type Config struct {
 	Failover Failover
 	// Announcements holds the defaults for what the file leaves out.
 	Announcements Announcements
+	// Maintenance holds the defaults for what the file leaves out.
+	Maintenance Maintenance
 
 	// digest is the SHA-256 of the bytes the config was parsed from, so that Watch knows
 	// whether the file still holds this config.
@@ -114,6 +116,17 @@ type Announcements struct {
 	// 0 turns the refresh off. Some devices on the network forget an address, or the
 	// node's MAC, that nothing has told them about for a while, or missed the takeover.
 	RefreshInterval time.Duration
+}
+
+// Maintenance says what the ccm and the agents make of an operator's planned maintenance
+// of a node, besides the lb.baremetal.io/drain annotation, which always drains it.
+type Maintenance struct {
+	// DrainOnCordon treats a cordoned Node (spec.unschedulable) as drained: its addresses
+	// move off it as with the drain annotation. Off unless set: a node is cordoned for
+	// many reasons that have nothing to do with its network (a kernel upgrade waiting for
+	// its pods to leave, a full disk, an autoscaler), and moving addresses resets every
+	// connection through them; an operator who cordons only for maintenance turns it on.
+	DrainOnCordon bool
 }
 
 // DefaultRefreshInterval is the Announcements.RefreshInterval of a file that sets none:

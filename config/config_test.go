@@ -152,6 +152,44 @@ func TestParseRefreshInterval(t *testing.T) {
 	}
 }
 
+// TestParseMaintenance checks maintenance.drainOnCordon: off when the file leaves it out,
+// true or false when written, and anything else refused with its line, as any boolean.
+func TestParseMaintenance(t *testing.T) {
+	const pools = "pools:\n- {name: a, addresses: [198.51.100.0/24]}\n"
+	for _, tc := range []struct {
+		data string
+		want bool
+	}{
+		{pools, false},
+		{pools + "maintenance:\n", false},
+		{pools + "maintenance: {}\n", false},
+		{pools + "maintenance:\n  drainOnCordon: ~\n", false},
+		{pools + "maintenance:\n  drainOnCordon: false\n", false},
+		{pools + "maintenance:\n  drainOnCordon: true\n", true},
+	} {
+		cfg, err := Parse("cloud.yaml", []byte(tc.data))
+		if err != nil {
+			t.Errorf("%q: %v", tc.data, err)
+			continue
+		}
+		if got := cfg.Maintenance.DrainOnCordon; got != tc.want {
+			t.Errorf("%q: drainOnCordon %v, want %v", tc.data, got, tc.want)
+		}
+	}
+	for data, want := range map[string][]string{
+		pools + "maintenance:\n  drainOnCordon: yes\n":  {`cloud.yaml:4: maintenance.drainOnCordon: must be true or false, not "yes"`},
+		pools + "maintenance:\n  drainOnCordon: 1\n":    {`cloud.yaml:4: maintenance.drainOnCordon: must be true or false, not 1`},
+		pools + "maintenance:\n  drainoncordon: true\n": {`cloud.yaml:4: maintenance: unknown field "drainoncordon"; did you mean "drainOnCordon"?`},
+		pools + "maintenance:\n  cordon: true\n":        {`cloud.yaml:4: maintenance: unknown field "cordon"; the fields here are drainOnCordon`},
+		pools + "maintenance: true\n":                   {`cloud.yaml:3: maintenance: must be a mapping, not true`},
+	} {
+		_, err := Parse("cloud.yaml", []byte(data))
+		if got := errString(err); got != problemList(want) {
+			t.Errorf("%q:\n got %s\nwant %s", data, got, problemList(want))
+		}
+	}
+}
+
 func TestParseNullMeansUnset(t *testing.T) {
 	cfg, err := Parse("cloud.yaml", []byte(`pools:
 - name: default
@@ -247,7 +285,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "not a mapping",
 			yaml: "- name: a\n",
-			want: []string{`cloud.yaml:1: the cloud-config must be a mapping with the fields pools, failover and announcements, not a list`},
+			want: []string{`cloud.yaml:1: the cloud-config must be a mapping with the fields pools, failover, announcements and maintenance, not a list`},
 		},
 		{
 			name: "two documents",
@@ -270,7 +308,7 @@ failover:
   interval: 1s
 `,
 			want: []string{
-				`cloud.yaml:1: unknown field "pool"; the fields here are pools, failover, announcements`,
+				`cloud.yaml:1: unknown field "pool"; the fields here are pools, failover, announcements, maintenance`,
 				`cloud.yaml:4: pools[0]: unknown field "adresses"; the fields here are name, addresses, autoAssign, avoidBuggyIPs, namespaces, serviceSelector, nodeSelector, interfaces`,
 				`cloud.yaml:6: pools[0]: unknown field "autoassign"; did you mean "autoAssign"?`,
 				`cloud.yaml:8: pools[0].serviceSelector: unknown field "matchLabel"; the fields here are matchLabels, matchExpressions`,
@@ -843,6 +881,7 @@ func FuzzParse(f *testing.F) {
 		"pools: [\n",
 		"failover: {probeInterval: 1x, failureThreshold: 0x10, agentPort: 1_000}\n",
 		"announcements: {refreshInterval: off}\n",
+		"maintenance: {drainOnCordon: true}\n",
 		"pools:\n- name: a\n  addresses: [1.2.3.4-1.2.3.4]\n  serviceSelector: {matchExpressions: [{key: a, operator: In, values: [b]}]}\n---\n",
 	} {
 		f.Add([]byte(seed))

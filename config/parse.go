@@ -21,12 +21,13 @@ import (
 // The fields of each mapping, in the order of the documentation, which is also the order
 // they are listed in when an unknown one is reported.
 var (
-	configFields        = []string{"pools", "failover", "announcements"}
+	configFields        = []string{"pools", "failover", "announcements", "maintenance"}
 	poolFields          = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "nodeSelector", "interfaces"}
 	selectorFields      = []string{"matchLabels", "matchExpressions"}
 	requirementFields   = []string{"key", "operator", "values"}
 	failoverFields      = []string{"probeInterval", "failureThreshold", "busyTimeout", "agentPort", "isolationShare", "failback", "rebalance"}
 	announcementsFields = []string{"refreshInterval"}
+	maintenanceFields   = []string{"drainOnCordon"}
 )
 
 const dnsLabelRule = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
@@ -92,6 +93,8 @@ func (c *checker) config(n *yaml.Node) *Config {
 				cfg.Failover = c.failover(v, path)
 			case "announcements":
 				cfg.Announcements = c.announcements(v, path)
+			case "maintenance":
+				cfg.Maintenance = c.maintenance(v, path)
 			}
 		})
 	}
@@ -387,6 +390,19 @@ func (c *checker) announcements(n *yaml.Node, path string) Announcements {
 		}
 	})
 	return a
+}
+
+func (c *checker) maintenance(n *yaml.Node, path string) Maintenance {
+	var m Maintenance
+	c.fields(n, path, maintenanceFields, func(field string, v *yaml.Node, path string) {
+		switch field {
+		case "drainOnCordon":
+			if b, ok := c.boolean(v, path); ok {
+				m.DrainOnCordon = b
+			}
+		}
+	})
+	return m
 }
 
 // fields hands set the value of each field written in the mapping n at path, and reports

@@ -19,11 +19,21 @@ import (
 // cloud load balancer.
 const ExcludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
 
+// OutOfServiceTaint marks a node an operator says is down (v1.TaintNodeOutOfService).
+const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+
 // Node is what the rule needs to know about a node.
 type Node struct {
 	Name     string
 	Labels   labels.Set
 	Deleting bool // has a deletion timestamp
+	// OutOfService says the Node has the taint node.kubernetes.io/out-of-service: an
+	// operator says it is down, whatever its agent answers.
+	OutOfService bool
+	// Drained says, for people, why an operator drained the node ("by the annotation
+	// lb.baremetal.io/drain", as annotation.Maintenance words it), or "" when not: every
+	// address leaves it, and none comes to it.
+	Drained string
 	// Healthy says the node's agent answers the ccm's probes and can reach the network.
 	Healthy bool
 	// Draining says the node's agent answers that it is shutting down; such a node is not
@@ -255,8 +265,12 @@ func barred(g Group, n Node) string {
 	switch {
 	case n.Deleting:
 		return n.Name + " is being deleted"
+	case n.OutOfService:
+		return fmt.Sprintf("%s is out of service by the taint %s", n.Name, OutOfServiceTaint)
 	case n.Labels.Has(ExcludeLabel):
 		return fmt.Sprintf("%s is excluded by the label %s", n.Name, ExcludeLabel)
+	case n.Drained != "":
+		return n.Name + " is drained " + n.Drained
 	case excludedBy(g, n) != "":
 		return fmt.Sprintf("%s does not match the nodeSelector of pool %s", n.Name, excludedBy(g, n))
 	case n.Draining:

@@ -98,7 +98,10 @@ type Watcher struct {
 	// and the new announcer may see its annotation some milliseconds after this node does.
 	draining atomic.Bool
 	applied  []desired.Address // what the speaker was last given; only sync touches it
-	covers   []string          // the nodes stood in for, last sync; only sync touches it
+	// linger keeps answering for the addresses that leave this node while its Node is
+	// drained.
+	linger lingerSet
+	covers []string // the nodes stood in for, last sync; only sync touches it
 	// parsed keeps the requests of the Services naming the node, and everyParsed those
 	// of every Service cached, which only an agent announcing what the ccm confirms needs;
 	// only sync touches them.
@@ -108,14 +111,6 @@ type Watcher struct {
 	check  dutyCheck
 	// dutyWake makes watchDuty look at once (pokeDuty).
 	dutyWake chan struct{}
-}
-
-// Drain keeps announcing every address announced so far, and adds those that come, until
-// the agent exits: a draining node withdraws nothing, so that no address goes unanswered
-// between this node seeing that it moved and the new announcer seeing it too.
-func (w *Watcher) Drain() {
-	w.draining.Store(true)
-	w.queue.Add(everything)
 }
 
 // Cache is the agent's cache of the Services of type LoadBalancer, and the health of its
@@ -164,6 +159,7 @@ func New(node string, cfg *config.Config, services *Cache, nodes coreinformers.N
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "baremetal-agent-services"}),
 		dutyWake: make(chan struct{}, 1),
+		linger:   lingerSet{node: node, bound: DrainLinger},
 	}
 	w.health.changed = w.pokeDuty
 	if duties != nil {
@@ -317,12 +313,16 @@ func (w *Watcher) sync() error {
 		services[i] = o.(*v1.Service)
 	}
 	requests := w.parsed.Requests(services)
+	cfg := w.cfg.Load()
 	var nodeLabels labels.Set
+	drained := false
 	if n, err := w.nodes.Get(w.node); err == nil {
 		nodeLabels = n.Labels
+		// A value that cannot be read drains nothing; the ccm warns of it on the Node.
+		m, _ := annotation.ReadNode(n, cfg.Maintenance.DrainOnCordon)
+		drained = m.Drained != ""
 	}
 	down, coveredBy := w.verdict.Snapshot(), w.verdict.CoveredBy()
-	cfg := w.cfg.Load()
 	isDown := func(n string) bool { return down[n] }
 	addrs, refused := desired.ComputeOf(w.node, nodeLabels, requests, cfg, isDown, coveredBy)
 	if w.draining.Load() {
@@ -333,6 +333,10 @@ func (w *Watcher) sync() error {
 			every := w.everyParsed.Requests(w.cached())
 			return desired.Held(w.node, nodeLabels, every, cfg), desired.Vacant(w.node, every, isDown)
 		})
+		var next time.Time
+		if addrs, next = w.linger.apply(w.applied, addrs, drained, time.Now()); !next.IsZero() {
+			w.queue.AddAfter(everything, time.Until(next))
+		}
 	}
 	w.speaker.Apply(addrs)
 	w.applied = addrs
@@ -382,18 +386,4 @@ func (w *Watcher) Unplaced(a desired.Address) {
 		w.recorder.Eventf(svc, v1.EventTypeWarning, ReasonNoInterface,
 			"Node %s does not announce %s: %s", w.node, a.Addr, where)
 	}
-}
-
-// keep returns now with every address of was that now lacks, sorted as desired.Compute
-// sorts.
-func keep(was, now []desired.Address) []desired.Address {
-	out := slices.Clone(now)
-	for _, a := range was {
-		if !slices.ContainsFunc(out, func(b desired.Address) bool { return b.Addr == a.Addr }) {
-			a.Lingering = true
-			out = append(out, a)
-		}
-	}
-	slices.SortFunc(out, func(a, b desired.Address) int { return a.Addr.Compare(b.Addr) })
-	return out
 }

@@ -191,12 +191,8 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 	})
 	utilruntime.Must(err)
 	_, err = nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { c.enqueueAll() },
-		UpdateFunc: func(old, cur any) {
-			if nodeChanged(old, cur) {
-				c.enqueueAll()
-			}
-		},
+		AddFunc:    c.nodeAdded,
+		UpdateFunc: c.nodeUpdated,
 		DeleteFunc: func(any) { c.enqueueAll() },
 	})
 	utilruntime.Must(err)
@@ -208,17 +204,6 @@ func New(cfg *config.Config, factory informers.SharedInformerFactory, client kub
 func (c *Controller) SetConfig(cfg *config.Config) {
 	c.cfg.Store(cfg)
 	c.enqueueAll()
-}
-
-// nodeChanged reports whether a node update can change a decision: kubelets update their
-// Node often, and most updates do not.
-func nodeChanged(old, cur any) bool {
-	o, ok1 := old.(*v1.Node)
-	n, ok2 := cur.(*v1.Node)
-	if !ok1 || !ok2 {
-		return true
-	}
-	return !labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
 }
 
 // conditionsOnly reports whether two versions of a Service differ in their status

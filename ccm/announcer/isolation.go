@@ -6,7 +6,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/prober"
 )
@@ -54,9 +53,7 @@ func (c *Controller) isolationChanged(v prober.Isolation) {
 	c.announce(services)
 	eventType, reason, message := isolationEvent(v, len(nodes), time.Since(began))
 	for _, n := range nodes[:min(len(nodes), maxIsolationEvents)] {
-		// As the kubelet names its Node events, so that kubectl describe node shows them.
-		ref := &v1.ObjectReference{Kind: "Node", Name: n, UID: types.UID(n)}
-		c.recorder.Event(ref, eventType, reason, message)
+		c.recorder.Event(nodeRef(n), eventType, reason, message)
 	}
 }
 

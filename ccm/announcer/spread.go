@@ -175,6 +175,7 @@ func sameGroup(a, b pick.Group) bool {
 // sameNode reports whether a and b are the same node in the same state.
 func sameNode(a, b pick.Node) bool {
 	return a.Name == b.Name && a.Deleting == b.Deleting && a.Healthy == b.Healthy &&
+		a.OutOfService == b.OutOfService && a.Drained == b.Drained &&
 		a.Draining == b.Draining && a.Starting == b.Starting && labels.Equals(a.Labels, b.Labels) &&
 		slices.Equal(a.Unable, b.Unable)
 }

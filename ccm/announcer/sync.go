@@ -327,7 +327,10 @@ func (c *Controller) nodeStates() ([]pick.Node, error) {
 		// announces nothing until the annotations say what the agents standing in did.
 		h := c.health.Health(n.Name)
 		c.returns.observe(n.Name, h == liveness.Down, now)
-		node := pick.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, Healthy: h == liveness.Up, Draining: h == liveness.Draining, Starting: h == liveness.Starting}
+		// A Drain value that cannot be read drains nothing; the Node's event says so.
+		m, _ := c.maintenance(n)
+		node := pick.Node{Name: n.Name, Labels: n.Labels, Deleting: n.DeletionTimestamp != nil, OutOfService: m.OutOfService, Drained: m.Drained,
+			Healthy: h == liveness.Up, Draining: h == liveness.Draining, Starting: h == liveness.Starting}
 		for _, u := range c.health.Unable(n.Name) {
 			node.Unable = append(node.Unable, pick.Unable{Pool: u.Pool, Family: u.Family, Why: u.Explain(n.Name)})
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
@@ -17,12 +18,13 @@ import (
 
 // fleet runs n agents on 127.0.0.2 and up, all on port, and a ccm's prober of them.
 type fleet struct {
-	t     *testing.T
-	port  int
-	p     *Prober
-	stops []func()
-	mu    sync.Mutex
-	downs map[string]time.Time // when each node was last seen going down
+	t      *testing.T
+	port   int
+	p      *Prober
+	client *fake.Clientset // of the Nodes
+	stops  []func()
+	mu     sync.Mutex
+	downs  map[string]time.Time // when each node was last seen going down
 	// seen are the agents' probing when each node was last seen going down.
 	seen map[string]map[string]Agent
 }
@@ -35,7 +37,7 @@ func newFleet(t *testing.T, n int) *fleet {
 		f.stops = append(f.stops, f.start(i))
 		nodes = append(nodes, testNode(f.name(i), f.ip(i)))
 	}
-	f.p, _ = startProber(t, f.port, nodes...)
+	f.p, _, f.client = startProberClient(t, config.Failover{ProbeInterval: 50 * time.Millisecond, FailureThreshold: 3, AgentPort: f.port}, func(*Prober) {}, nodes...)
 	f.p.OnChange(func(node string) {
 		if f.p.Health(node) == liveness.Down {
 			seen := f.p.Agents()

@@ -65,6 +65,10 @@ type Prober struct {
 	dutySeq atomic.Uint64
 	// dutyWire holds, per node, the datagrams of the duty list last sent to it.
 	dutyWire sync.Map
+	// outOfService are the nodes with the taint node.kubernetes.io/out-of-service: an
+	// operator says they are down, so they are, whatever their agents answer and whatever
+	// the isolation guard holds (outofservice.go).
+	outOfService map[string]bool
 	// replaced are the nodes the announcer moved addresses away from while they were
 	// down (SetReplaced), with the resourceVersion their agents' Service caches must reach
 	// before they may announce again.
@@ -138,12 +142,13 @@ func New(cfg config.Failover, key *probe.Key, signer *probe.Signer, nodes corein
 		panic("prober.New: the ccm's prober needs a signer for its verdicts")
 	}
 	registerMetrics()
-	p := &Prober{cfg: cfg, key: key, signer: signer, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, replaced: map[string]uint64{}, covered: map[uint64]int{}, names: map[uint64]string{}, verdictDue: make(chan struct{}, 1)}
+	p := &Prober{cfg: cfg, key: key, signer: signer, nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced, agents: map[string]*agentProbe{}, outOfService: map[string]bool{}, replaced: map[string]uint64{}, covered: map[uint64]int{}, names: map[uint64]string{}, verdictDue: make(chan struct{}, 1)}
 	err := liveness.FollowNodes(nodes.Informer(), p.syncNode, func(name string) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.forget(name)
 		delete(p.pending, name)
+		delete(p.outOfService, name)
 		p.decideLocked()
 	})
 	if err != nil {
@@ -162,7 +167,7 @@ func (p *Prober) Health(node string) liveness.State {
 func (p *Prober) healthLocked(node string) liveness.State {
 	a := p.agents[node]
 	switch {
-	case a == nil:
+	case a == nil || p.outOfService[node]:
 		return liveness.Down
 	case a.state != liveness.Down && (p.replacedLocked(node) || p.adoptedLocked(node)):
 		return liveness.Replaced
@@ -278,6 +283,7 @@ func (p *Prober) forget(node string) {
 // syncNode starts probing a node, or probing it at its new address. Before Run, it does
 // nothing: Run starts every node.
 func (p *Prober) syncNode(n *v1.Node) {
+	p.syncOutOfService(n)
 	addr, ok := liveness.AgentAddrPort(n, p.cfg.AgentPort)
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -252,7 +252,7 @@ func (p *Prober) decideLocked() {
 	var down []string
 	for name, a := range p.agents {
 		// A starting agent announces nothing yet: its standbys must.
-		if a.state == liveness.Down || a.state == liveness.Starting || p.replacedLocked(name) || p.adoptedLocked(name) {
+		if a.state == liveness.Down || a.state == liveness.Starting || p.outOfService[name] || p.replacedLocked(name) || p.adoptedLocked(name) {
 			down = append(down, name)
 		}
 	}

@@ -56,7 +56,16 @@ func startProberWith(t *testing.T, cfg config.Failover, nodes ...runtime.Object)
 // startProberSetUp is startProberWith with setUp called before Run.
 func startProberSetUp(t *testing.T, cfg config.Failover, setUp func(*Prober), nodes ...runtime.Object) (*Prober, chan string) {
 	t.Helper()
-	factory := informers.NewSharedInformerFactory(fake.NewClientset(nodes...), 0)
+	p, changes, _ := startProberClient(t, cfg, setUp, nodes...)
+	return p, changes
+}
+
+// startProberClient is startProberSetUp that also returns the client of its Nodes, for a
+// test to change them.
+func startProberClient(t *testing.T, cfg config.Failover, setUp func(*Prober), nodes ...runtime.Object) (*Prober, chan string, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset(nodes...)
+	factory := informers.NewSharedInformerFactory(client, 0)
 	p := New(cfg, testKey, testSigner, factory.Core().V1().Nodes())
 	setUp(p)
 	changes := make(chan string, 1000)
@@ -69,7 +78,7 @@ func startProberSetUp(t *testing.T, cfg config.Failover, setUp func(*Prober), no
 	if !cache.WaitForCacheSync(ctx.Done(), p.HasSynced) {
 		t.Fatal("prober never synced")
 	}
-	return p, changes
+	return p, changes, client
 }
 
 // eventually polls cond until it holds, failing the test after within.

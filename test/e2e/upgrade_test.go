@@ -88,41 +88,55 @@ func TestUpgrade(t *testing.T) {
 	for a, l := range clients {
 		reqs := l.Stop()
 		moves := c.moves(a, start, first)
-		failed, excused := 0, 0
-		var lone []string
-		for i, r := range reqs {
-			if r.OK() {
-				continue
-			}
-			failed++
-			if inFlightAt(r, moves) {
-				excused++
-				continue
-			}
-			// A loss alone, with answered requests either side and no move near it: the
-			// background loss of a busy 2-core machine (about one request in 5,000; see
-			// traffic.RecoveryStreak), which the failover tests count apart as stray too.
-			if i > 0 && i+1 < len(reqs) && reqs[i-1].OK() && reqs[i+1].OK() {
-				lone = append(lone, r.Start.Format("15:04:05.000"))
-				continue
-			}
-			t.Errorf("%s: the request sent at %s failed, and no address move happened while it was open (moves at %v)",
-				a, r.Start.Format("15:04:05.000"), formatTimes(moves))
-		}
-		if budget := (len(reqs) + 4999) / 5000; len(lone) > budget {
-			t.Errorf("%s: %d lone requests failed away from any address move (at %v), more than the %d in %d requests a busy machine loses",
-				a, len(lone), lone, budget, len(reqs))
-		} else if len(lone) > 0 {
-			t.Logf("%s: a lone request failed away from any address move, at %v", a, lone)
-		}
-		if excused > len(moves) {
-			t.Errorf("%s: %d requests failed across %d moves: more than the one a move can catch open", a, excused, len(moves))
-		}
+		failed, excused := checkMoves(t, a, reqs, moves)
 		t.Logf("%s: %d requests over the upgrade, %d failed (%d open when one of %d moves of the address happened)", a, len(reqs), failed, excused, len(moves))
 		if len(reqs) < 100 {
 			t.Errorf("%s: only %d requests over the upgrade", a, len(reqs))
 		}
 	}
+}
+
+// checkMoves fails the test for every request to a that failed while no move of the
+// address happened, beyond the lone losses of a busy machine, and for more failed across
+// the moves than one per move. It returns how many failed, and how many of those were
+// open when one of moves happened.
+//
+// A request fails only if its connection was open at the instant its address moved to
+// another node: layer 2 moves the address, not the connections on the node that gave it
+// up, whose next packets then reach a node that knows nothing of them. Every other
+// request must succeed.
+func checkMoves(t testing.TB, a netip.Addr, reqs []traffic.Request, moves []time.Time) (failed, excused int) {
+	t.Helper()
+	var lone []string
+	for i, r := range reqs {
+		if r.OK() {
+			continue
+		}
+		failed++
+		if inFlightAt(r, moves) {
+			excused++
+			continue
+		}
+		// A loss alone, with answered requests either side and no move near it: the
+		// background loss of a busy 2-core machine (about one request in 5,000; see
+		// traffic.RecoveryStreak), which the failover tests count apart as stray too.
+		if i > 0 && i+1 < len(reqs) && reqs[i-1].OK() && reqs[i+1].OK() {
+			lone = append(lone, r.Start.Format("15:04:05.000"))
+			continue
+		}
+		t.Errorf("%s: the request sent at %s failed (%v), and no move of the address happened while it was open (moves at %v)",
+			a, r.Start.Format("15:04:05.000"), r.Err, formatTimes(moves))
+	}
+	if budget := (len(reqs) + 4999) / 5000; len(lone) > budget {
+		t.Errorf("%s: %d lone requests failed away from any address move (at %v), more than the %d in %d requests a busy machine loses",
+			a, len(lone), lone, budget, len(reqs))
+	} else if len(lone) > 0 {
+		t.Logf("%s: a lone request failed away from any address move, at %v", a, lone)
+	}
+	if excused > len(moves) {
+		t.Errorf("%s: %d requests failed across %d moves: more than the one a move can catch open", a, excused, len(moves))
+	}
+	return failed, excused
 }
 
 // moves returns the instants addr moved to another node after since, when first was
