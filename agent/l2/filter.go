@@ -35,12 +35,16 @@ const (
 )
 
 // arpFilter keeps a packet socket to the ARP frames the Responder reads: requests that
-// ask a question (operation 1, sender address other than the target address), and any
-// ARP frame whose sender address lies in ranges, which claims an address of a pool
-// (ARPClaim). Other replies and announcements stay in the kernel: in a failover the new
+// ask a question (operation 1, sender address other than the target address) if
+// questions is set, and any other ARP frame whose sender address lies in ranges, which
+// claims an address of a pool (ARPClaim). Other replies and announcements stay in the kernel: in a failover the new
 // owner sends thousands of gratuitous requests, and a node that owns none of them would
 // copy each to user space only to drop it there.
-func arpFilter(ranges []iprange.Range) []bpf.RawInstruction {
+func arpFilter(ranges []iprange.Range, questions bool) []bpf.RawInstruction {
+	question := bpf.RetConstant{Val: drop}
+	if questions {
+		question.Val = keep
+	}
 	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: etherTypeOff, Size: 2},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(ethernet.EtherTypeARP), SkipTrue: 1},
@@ -51,8 +55,7 @@ func arpFilter(ranges []iprange.Range) []bpf.RawInstruction {
 		bpf.TAX{},
 		bpf.LoadAbsolute{Off: arpTargetIPOff, Size: 4},
 		bpf.JumpIfX{Cond: bpf.JumpEqual, SkipTrue: 1},
-		// A question.
-		bpf.RetConstant{Val: keep},
+		question,
 		// An announcement or a reply: a claim of its sender address.
 		bpf.LoadAbsolute{Off: arpSenderIPOff, Size: 4},
 	}
@@ -60,11 +63,15 @@ func arpFilter(ranges []iprange.Range) []bpf.RawInstruction {
 }
 
 // ndpFilter keeps a packet socket to the neighbour discovery frames the Responder reads:
-// solicitations (IPv6, ICMPv6 right after the fixed header, as neither message carries
-// extension headers, type 135), and advertisements (type 136) whose target lies in
+// solicitations if questions is set (IPv6, ICMPv6 right after the fixed header, as
+// neither message carries extension headers, type 135), and advertisements (type 136) whose target lies in
 // ranges, which claim an address of a pool (NDPClaim). Every other frame stays in the
 // kernel instead of being copied to the agent.
-func ndpFilter(ranges []iprange.Range) []bpf.RawInstruction {
+func ndpFilter(ranges []iprange.Range, questions bool) []bpf.RawInstruction {
+	question := bpf.RetConstant{Val: drop}
+	if questions {
+		question.Val = keep
+	}
 	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: etherTypeOff, Size: 2},
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(ethernet.EtherTypeIPv6), SkipTrue: 5},
@@ -74,7 +81,7 @@ func ndpFilter(ranges []iprange.Range) []bpf.RawInstruction {
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: typeNS, SkipTrue: 2},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: typeNA, SkipTrue: 2},
 		bpf.RetConstant{Val: drop},
-		bpf.RetConstant{Val: keep},
+		question,
 	}
 	return assemble("NDP", append(prog, inRanges(ranges, iprange.IPv6)...))
 }

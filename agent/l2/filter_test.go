@@ -68,7 +68,7 @@ func TestARPFilter(t *testing.T) {
 		{"truncated request", nil, arpRequest(t, bcast, peerMAC, "198.18.0.200", "198.18.0.10")[:40], false},
 		{"not ARP", []iprange.Range{pool4}, ipv6, false},
 	} {
-		if got := filtered(t, arpFilter(tc.ranges), tc.frame); got != tc.keep {
+		if got := filtered(t, arpFilter(tc.ranges, true), tc.frame); got != tc.keep {
 			t.Errorf("%s: let through = %v, want %v", tc.name, got, tc.keep)
 		}
 	}
@@ -98,7 +98,7 @@ func TestNDPFilter(t *testing.T) {
 		{"advertisement outside a range's prefix", []iprange.Range{odd}, na("fd00:198:18::1:10"), false},
 		{"ARP", []iprange.Range{pool6}, GratuitousARP(peerMAC, vip4), false},
 	} {
-		if got := filtered(t, ndpFilter(tc.ranges), tc.frame); got != tc.keep {
+		if got := filtered(t, ndpFilter(tc.ranges, true), tc.frame); got != tc.keep {
 			t.Errorf("%s: let through = %v, want %v", tc.name, got, tc.keep)
 		}
 	}

@@ -133,9 +133,15 @@ func naFrame(dstMAC, srcMAC net.HardwareAddr, src, dst, target netip.Addr, solic
 		TargetAddress: target,
 		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: srcMAC}},
 	}
-	icmp, err := ndp.MarshalMessageChecksum(na, src, dst)
+	return ndpFrame(dstMAC, srcMAC, src, dst, na)
+}
+
+// ndpFrame returns the Ethernet frame of a neighbour discovery message from src at srcMAC
+// to dst at dstMAC, with the hop limit of 255 that receivers check.
+func ndpFrame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr, m ndp.Message) []byte {
+	icmp, err := ndp.MarshalMessageChecksum(m, src, dst)
 	if err != nil {
-		panic("l2: marshal neighbour advertisement for " + target.String() + ": " + err.Error())
+		panic("l2: marshal " + m.Type().String() + " to " + dst.String() + ": " + err.Error())
 	}
 	ip := make([]byte, ipv6HeaderLen, ipv6HeaderLen+len(icmp))
 	ip[0] = 6 << 4

@@ -80,7 +80,7 @@ type Responder struct {
 
 // ListenARP returns a Responder for the IPv4 addresses of interface ifi, owning none.
 func ListenARP(ifi *net.Interface, cfg Config) (*Responder, error) {
-	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), &packet.Config{Filter: arpFilter(cfg.Ranges)})
+	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), &packet.Config{Filter: arpFilter(cfg.Ranges, true)})
 	if err != nil {
 		return nil, fmt.Errorf("listen for ARP on %s: %w", ifi.Name, err)
 	}
@@ -117,7 +117,7 @@ func ListenNDP(ctx context.Context, ifi *net.Interface, cfg Config) (*Responder,
 		groups.Close()
 		return nil, fmt.Errorf("listen for NDP on %s: filter ICMPv6: %w", ifi.Name, err)
 	}
-	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeIPv6), &packet.Config{Filter: ndpFilter(cfg.Ranges)})
+	conn, err := packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeIPv6), &packet.Config{Filter: ndpFilter(cfg.Ranges, true)})
 	if err != nil {
 		groups.Close()
 		return nil, fmt.Errorf("listen for NDP on %s: %w", ifi.Name, err)
@@ -134,9 +134,9 @@ func newResponder(ifi *net.Interface, conn *packet.Conn, groups *ndp.Conn, src n
 // SetRanges makes the kernel's filter let through the claims of addresses in ranges,
 // as Config.Ranges, from the next frame on: the pools changed.
 func (r *Responder) SetRanges(ranges []iprange.Range) error {
-	filter := arpFilter(ranges)
+	filter := arpFilter(ranges, true)
 	if r.ipv6 {
-		filter = ndpFilter(ranges)
+		filter = ndpFilter(ranges, true)
 	}
 	if err := r.conn.SetBPF(filter); err != nil {
 		return fmt.Errorf("filter the pools' claims on %s: %w", r.ifi.Name, err)

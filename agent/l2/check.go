@@ -1,0 +1,176 @@
+package l2
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
+	"github.com/mdlayher/packet"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
+)
+
+// A Checker asks for addresses on one interface the way a client does, an ARP request or
+// a neighbour solicitation, and tells which hardware addresses answered: what a client on
+// the segment gets, whatever the announcer's agent says of itself. Its methods are safe
+// for concurrent use.
+type Checker struct {
+	ifi  net.Interface
+	ipv6 bool
+	conn *packet.Conn
+	// src is the link-local address solicitations come from; invalid for IPv4.
+	src netip.Addr
+
+	mu sync.Mutex
+	// asking holds, per address asked for, the answers so far.
+	asking map[netip.Addr]*[]net.HardwareAddr
+}
+
+// ListenCheck returns a Checker for the addresses of family f on interface ifi whose
+// kernel filter lets through the answers about addresses in ranges, and nothing else.
+func ListenCheck(ifi *net.Interface, f iprange.Family, ranges []iprange.Range) (*Checker, error) {
+	c := &Checker{ifi: *ifi, ipv6: f == iprange.IPv6, asking: map[netip.Addr]*[]net.HardwareAddr{}}
+	proto, filter := int(ethernet.EtherTypeARP), arpFilter(ranges, false)
+	if c.ipv6 {
+		var err error
+		if c.src, err = linkLocal(ifi); err != nil {
+			return nil, fmt.Errorf("check NDP on %s: %w", ifi.Name, err)
+		}
+		proto, filter = int(ethernet.EtherTypeIPv6), ndpFilter(ranges, false)
+	}
+	conn, err := packet.Listen(ifi, packet.Raw, proto, &packet.Config{Filter: filter})
+	if err != nil {
+		return nil, fmt.Errorf("check %s on %s: %w", f, ifi.Name, err)
+	}
+	c.conn = conn
+	return c, nil
+}
+
+// linkLocal returns an IPv6 link-local address of ifi.
+func linkLocal(ifi *net.Interface) (netip.Addr, error) {
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
+			return p.Addr(), nil
+		}
+	}
+	return netip.Addr{}, errors.New("no IPv6 link-local address")
+}
+
+// Ask sends one request for addr, as a client asks, and returns the hardware addresses
+// that answered within wait, in the order they did: none when nobody did. A Checker asks
+// for one address once at a time; a second Ask for it waits for the first.
+func (c *Checker) Ask(ctx context.Context, addr netip.Addr, wait time.Duration) ([]net.HardwareAddr, error) {
+	if addr.Is6() != c.ipv6 || addr.Is4In6() {
+		return nil, fmt.Errorf("ask for %s on %s: not of the checker's family", addr, c.ifi.Name)
+	}
+	answers := &[]net.HardwareAddr{}
+	for {
+		c.mu.Lock()
+		if _, busy := c.asking[addr]; !busy {
+			c.asking[addr] = answers
+			c.mu.Unlock()
+			break
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	defer func() {
+		c.mu.Lock()
+		delete(c.asking, addr)
+		c.mu.Unlock()
+	}()
+	var frame []byte
+	var to net.HardwareAddr
+	if c.ipv6 {
+		frame, to = Solicitation(c.ifi.HardwareAddr, c.src, addr), multicastMAC(solicitedNode(addr))
+	} else {
+		frame, to = ARPProbe(c.ifi.HardwareAddr, addr), ethernet.Broadcast
+	}
+	if _, err := c.conn.WriteTo(frame, &packet.Addr{HardwareAddr: to}); err != nil {
+		return nil, fmt.Errorf("ask for %s on %s: %w", addr, c.ifi.Name, err)
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(wait):
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(*answers), nil
+}
+
+// Serve reads the answers until Close, and then returns nil.
+func (c *Checker) Serve() error {
+	buf := make([]byte, c.ifi.MTU+64)
+	for {
+		n, _, err := c.conn.ReadFrom(buf)
+		if errors.Is(err, net.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read on %s: %w", c.ifi.Name, err)
+		}
+		c.take(buf[:n])
+	}
+}
+
+// take records frame as an answer, when it answers a question being asked: a reply to
+// this interface's hardware address.
+func (c *Checker) take(frame []byte) {
+	var cl Claim
+	if c.ipv6 {
+		cl = NDPClaim(frame)
+	} else {
+		cl = ARPClaim(frame)
+	}
+	if cl.Kind != ClaimReply || !bytes.Equal(frame[:6], c.ifi.HardwareAddr) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if answers := c.asking[cl.Addr]; answers != nil && !slices.ContainsFunc(*answers, func(m net.HardwareAddr) bool { return bytes.Equal(m, cl.MAC) }) {
+		*answers = append(*answers, slices.Clone(cl.MAC))
+	}
+}
+
+// Close stops reading; Serve then returns.
+func (c *Checker) Close() error { return c.conn.Close() }
+
+// ARPProbe returns an ARP request for addr from the hardware address mac, with sender
+// address 0.0.0.0 (RFC 5227): it asks without telling anyone of an address of the asker,
+// so no host enters one in its cache, and the asker needs no IPv4 address on the link.
+func ARPProbe(mac net.HardwareAddr, addr netip.Addr) []byte {
+	p, err := arp.NewPacket(arp.OperationRequest, mac, netip.IPv4Unspecified(), zeroMAC, addr)
+	if err != nil {
+		panic("l2: ARP probe for " + addr.String() + ": " + err.Error())
+	}
+	return arpFrame(ethernet.Broadcast, mac, p)
+}
+
+// Solicitation returns a neighbour solicitation for addr from src at mac, to addr's
+// solicited-node group, as a client's kernel sends it.
+func Solicitation(mac net.HardwareAddr, src, addr netip.Addr) []byte {
+	group := solicitedNode(addr)
+	ns := &ndp.NeighborSolicitation{
+		TargetAddress: addr,
+		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: mac}},
+	}
+	return ndpFrame(multicastMAC(group), mac, src, group, ns)
+}

@@ -1,0 +1,73 @@
+package l2
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/iprange"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/test/harness/netns"
+)
+
+// TestCheckOnTheWire asks for addresses from one node while responders on two others
+// answer for them, as they would on a segment with a conflict, and sees who answered.
+func TestCheckOnTheWire(t *testing.T) {
+	n := netns.ForTest(t, 3)
+	checker, owner, stranger := n.Nodes[0], n.Nodes[1], n.Nodes[2]
+	pools := []iprange.Range{
+		iprange.FromPrefix(netip.MustParsePrefix("198.18.0.0/24")),
+		iprange.FromPrefix(netip.MustParsePrefix("fd00:198:18::/64")),
+	}
+	vip4, vip6 := netip.MustParseAddr("198.18.0.210"), netip.MustParseAddr("fd00:198:18::210")
+	shared4, shared6 := netip.MustParseAddr("198.18.0.211"), netip.MustParseAddr("fd00:198:18::211")
+	dark4, dark6 := netip.MustParseAddr("198.18.0.212"), netip.MustParseAddr("fd00:198:18::212")
+	respond := func(h *netns.Host, addrs ...netip.Addr) {
+		for _, f := range []iprange.Family{iprange.IPv4, iprange.IPv6} {
+			r := listen(t, h, func(ifi *net.Interface) (*Responder, error) {
+				if f == iprange.IPv6 {
+					return ListenNDP(context.Background(), ifi, Config{})
+				}
+				return ListenARP(ifi, Config{})
+			})
+			t.Cleanup(func() { r.Close() })
+			go func() { _ = r.Serve() }()
+			if _, err := r.Set(addrs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	respond(owner, vip4, vip6, shared4, shared6)
+	respond(stranger, shared4, shared6)
+
+	for _, f := range []iprange.Family{iprange.IPv4, iprange.IPv6} {
+		c := listen(t, checker, func(ifi *net.Interface) (*Checker, error) { return ListenCheck(ifi, f, pools) })
+		t.Cleanup(func() { c.Close() })
+		go func() { _ = c.Serve() }()
+		for _, tc := range []struct {
+			addr netip.Addr
+			want []net.HardwareAddr
+		}{
+			{vip4, []net.HardwareAddr{owner.MAC}},
+			{shared4, []net.HardwareAddr{owner.MAC, stranger.MAC}},
+			{dark4, nil},
+			{vip6, []net.HardwareAddr{owner.MAC}},
+			{shared6, []net.HardwareAddr{owner.MAC, stranger.MAC}},
+			{dark6, nil},
+		} {
+			if iprange.FamilyOf(tc.addr) != f {
+				continue
+			}
+			got, err := c.Ask(context.Background(), tc.addr, 200*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.SortFunc(got, func(a, b net.HardwareAddr) int { return slices.Compare(a, b) })
+			if !slices.EqualFunc(got, tc.want, func(a, b net.HardwareAddr) bool { return a.String() == b.String() }) {
+				t.Errorf("Ask(%s) = %v, want %v", tc.addr, got, tc.want)
+			}
+		}
+	}
+}
