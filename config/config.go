@@ -69,6 +69,15 @@ type Pool struct {
 	Interfaces []string
 }
 
+// RangesOf returns the ranges of every pool of pools, in order.
+func RangesOf(pools []Pool) []iprange.Range {
+	var out []iprange.Range
+	for _, p := range pools {
+		out = append(out, p.Ranges...)
+	}
+	return out
+}
+
 // Failover tunes how the ccm notices a dead agent and moves its addresses to another node.
 type Failover struct {
 	// ProbeInterval is the time between two health probes of an agent: 100ms unless set.
@@ -116,6 +125,11 @@ type Announcements struct {
 	// 0 turns the refresh off. Some devices on the network forget an address, or the
 	// node's MAC, that nothing has told them about for a while, or missed the takeover.
 	RefreshInterval time.Duration
+	// CheckInterval is how often a node asks, as a client does, for each address it would
+	// take over first, to check that its announcer answers on the wire:
+	// DefaultCheckInterval unless set; 0 turns the check off. Each address is asked for
+	// at its own phase of the interval, give or take a quarter of it.
+	CheckInterval time.Duration
 }
 
 // Maintenance says what the ccm and the agents make of an operator's planned maintenance
@@ -134,7 +148,12 @@ type Maintenance struct {
 // change nothing, at a cost of one frame a minute per address.
 const DefaultRefreshInterval = 60 * time.Second
 
-var defaultAnnouncements = Announcements{RefreshInterval: DefaultRefreshInterval}
+// DefaultCheckInterval is the Announcements.CheckInterval of a file that sets none: two
+// rounds unanswered, well under a minute, tell a dark responder, at a cost of one request
+// a node every 20 s per address it backs, a few frames a second for thousands.
+const DefaultCheckInterval = 20 * time.Second
+
+var defaultAnnouncements = Announcements{RefreshInterval: DefaultRefreshInterval, CheckInterval: DefaultCheckInterval}
 
 // DefaultBusyTimeout is the BusyTimeout of a file that sets none: long enough for an agent
 // with a few percent of a core to answer, short enough that a hung agent on a live node

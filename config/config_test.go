@@ -76,7 +76,7 @@ func TestParseFull(t *testing.T) {
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
-	if want := (Announcements{RefreshInterval: 150 * time.Second}); cfg.Announcements != want {
+	if want := (Announcements{RefreshInterval: 150 * time.Second, CheckInterval: DefaultCheckInterval}); cfg.Announcements != want {
 		t.Errorf("announcements: got %+v, want %+v", cfg.Announcements, want)
 	}
 }
@@ -98,7 +98,7 @@ func TestParseDefaults(t *testing.T) {
 	if cfg.Failover != wantFailover {
 		t.Errorf("failover: got %+v, want %+v", cfg.Failover, wantFailover)
 	}
-	if want := (Announcements{RefreshInterval: time.Minute}); cfg.Announcements != want {
+	if want := (Announcements{RefreshInterval: time.Minute, CheckInterval: DefaultCheckInterval}); cfg.Announcements != want {
 		t.Errorf("announcements: got %+v, want %+v", cfg.Announcements, want)
 	}
 }
@@ -651,7 +651,7 @@ announcements:
 			want: []string{
 				`cloud.yaml:5: announcements.refreshInterval: must be off (or 0), or a duration from 1s to 1h, such as "60s", not "-5s"`,
 				`cloud.yaml:6: announcements: unknown field "refreshinterval"; did you mean "refreshInterval"?`,
-				`cloud.yaml:7: announcements: unknown field "interval"; the fields here are refreshInterval`,
+				`cloud.yaml:7: announcements: unknown field "interval"; the fields here are refreshInterval, checkInterval`,
 			},
 		},
 		{
@@ -987,4 +987,24 @@ func name(p *Pool) string {
 		return "no pool"
 	}
 	return fmt.Sprintf("pool %q", p.Name)
+}
+
+// TestParseCheckInterval checks announcements.checkInterval: on by default, off, and
+// refused out of its bounds with the field named.
+func TestParseCheckInterval(t *testing.T) {
+	for value, want := range map[string]time.Duration{"": DefaultCheckInterval, "off": 0, "0": 0, "1s": time.Second, "45s": 45 * time.Second} {
+		data := "pools:\n- {name: a, addresses: [198.51.100.0/24]}\nannouncements:\n  checkInterval: " + value + "\n"
+		cfg, err := Parse("cloud.yaml", []byte(data))
+		if err != nil {
+			t.Errorf("checkInterval: %s: %v", value, err)
+			continue
+		}
+		if got := cfg.Announcements.CheckInterval; got != want {
+			t.Errorf("checkInterval: %s = %v, want %v", value, got, want)
+		}
+	}
+	_, err := Parse("cloud.yaml", []byte("pools:\n- {name: a, addresses: [198.51.100.0/24]}\nannouncements:\n  checkInterval: 100ms\n"))
+	if err == nil || !strings.Contains(err.Error(), `cloud.yaml:4: announcements.checkInterval: must be off (or 0), or a duration from 1s to 1h, such as "20s", not "100ms"`) {
+		t.Errorf("checkInterval: 100ms: %v, want it refused with its line and bounds", err)
+	}
 }

@@ -26,7 +26,7 @@ var (
 	selectorFields      = []string{"matchLabels", "matchExpressions"}
 	requirementFields   = []string{"key", "operator", "values"}
 	failoverFields      = []string{"probeInterval", "failureThreshold", "busyTimeout", "agentPort", "isolationShare", "failback", "rebalance"}
-	announcementsFields = []string{"refreshInterval"}
+	announcementsFields = []string{"refreshInterval", "checkInterval"}
 	maintenanceFields   = []string{"drainOnCordon"}
 )
 
@@ -366,8 +366,9 @@ func (c *checker) failover(n *yaml.Node, path string) Failover {
 	return f
 }
 
-// Bounds of announcements.refreshInterval: more often than every second would only load
-// every host of the segment, and less often than hourly keeps nothing fresh.
+// Bounds of announcements.refreshInterval and checkInterval: more often than every second
+// would only load every host of the segment, and less often than hourly keeps nothing
+// fresh and finds nothing in time.
 const (
 	minRefreshInterval = time.Second
 	maxRefreshInterval = time.Hour
@@ -378,18 +379,27 @@ func (c *checker) announcements(n *yaml.Node, path string) Announcements {
 	c.fields(n, path, announcementsFields, func(field string, v *yaml.Node, path string) {
 		switch field {
 		case "refreshInterval":
-			// off reads better than 0 for a switch turned off; both mean it.
-			if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "off" {
-				a.RefreshInterval = 0
-				return
-			}
-			const want = `off (or 0), or a duration from 1s to 1h, such as "60s"`
-			if d, ok := c.durationWant(v, path, want, minRefreshInterval, maxRefreshInterval, 0); ok {
+			if d, ok := c.interval(v, path, "60s"); ok {
 				a.RefreshInterval = d
+			}
+		case "checkInterval":
+			if d, ok := c.interval(v, path, "20s"); ok {
+				a.CheckInterval = d
 			}
 		}
 	})
 	return a
+}
+
+// interval reads a period that off turns off: off (or 0), or a duration within the
+// bounds of announcements.refreshInterval. example is how the error shows one.
+func (c *checker) interval(v *yaml.Node, path, example string) (time.Duration, bool) {
+	// off reads better than 0 for a switch turned off; both mean it.
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "off" {
+		return 0, true
+	}
+	want := fmt.Sprintf("off (or 0), or a duration from 1s to 1h, such as %q", example)
+	return c.durationWant(v, path, want, minRefreshInterval, maxRefreshInterval, 0)
 }
 
 func (c *checker) maintenance(n *yaml.Node, path string) Maintenance {

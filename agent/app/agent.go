@@ -29,6 +29,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/servicewatch"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/speaker"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/verdict"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/wirecheck"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
@@ -74,6 +75,7 @@ type Agent struct {
 	speaker     *speaker.Speaker
 	watcher     *servicewatch.Watcher
 	sweeper     *conntrack.Sweeper // nil when not sweeping
+	wirecheck   *wirecheck.Check
 	health      *health
 	probeConn   net.PacketConn
 	metrics     net.Listener
@@ -213,8 +215,12 @@ func (a *Agent) build(ctx context.Context, key *probe.Key, ccmKey *probe.Verifie
 		return err
 	}
 	a.health = &health{watch: a.watcher}
+	a.wirecheck = wirecheck.New(a.cfg.NodeName, wirecheck.Options{Dark: a.watcher.AddressUnanswered, Lit: a.watcher.AddressAnswered})
+	a.wirecheck.SetRanges(config.RangesOf(a.cloud.Pools))
+	a.wirecheck.SetInterval(a.cloud.Announcements.CheckInterval)
+	a.watcher.SetBacker(&backer{speaker: a.speaker, nodes: nodes.Lister(), check: a.wirecheck})
 
-	legacyregistry.CustomMustRegister(speaker.NewCollector(a.speaker), responder.NewCollector(a.responder))
+	legacyregistry.CustomMustRegister(speaker.NewCollector(a.speaker), responder.NewCollector(a.responder), wirecheck.NewCollector(a.wirecheck))
 	legacyregistry.MustRegister(servicewatch.Metrics()...)
 	legacyregistry.MustRegister(verdict.Metrics()...)
 	legacyregistry.MustRegister(config.Metrics()...)
@@ -264,6 +270,8 @@ func (a *Agent) Run(ctx context.Context, signals <-chan os.Signal) error {
 		a.watcher.SetConfig(cfg)
 		a.speaker.SetPools(cfg.Pools)
 		a.speaker.SetRefresh(cfg.Announcements.RefreshInterval)
+		a.wirecheck.SetRanges(config.RangesOf(cfg.Pools))
+		a.wirecheck.SetInterval(cfg.Announcements.CheckInterval)
 	})
 	speakerDone := make(chan error, 1)
 	go func() { speakerDone <- a.speaker.Run(runCtx) }()
@@ -271,6 +279,7 @@ func (a *Agent) Run(ctx context.Context, signals <-chan os.Signal) error {
 	a.nodes.Start(runCtx.Done())
 	go a.watcher.Run(runCtx)
 	go a.verdict.Run(runCtx)
+	go a.wirecheck.Run(runCtx)
 	if a.sweeper != nil {
 		go a.sweeper.Run(runCtx)
 	}

@@ -30,7 +30,8 @@ type Checker struct {
 	// src is the link-local address solicitations come from; invalid for IPv4.
 	src netip.Addr
 
-	mu sync.Mutex
+	turn sync.Mutex // held by Ask
+	mu   sync.Mutex
 	// asking holds, per address asked for, the answers so far.
 	asking map[netip.Addr]*[]net.HardwareAddr
 }
@@ -39,15 +40,15 @@ type Checker struct {
 // kernel filter lets through the answers about addresses in ranges, and nothing else.
 func ListenCheck(ifi *net.Interface, f iprange.Family, ranges []iprange.Range) (*Checker, error) {
 	c := &Checker{ifi: *ifi, ipv6: f == iprange.IPv6, asking: map[netip.Addr]*[]net.HardwareAddr{}}
-	proto, filter := int(ethernet.EtherTypeARP), arpFilter(ranges, false)
+	proto := int(ethernet.EtherTypeARP)
 	if c.ipv6 {
 		var err error
 		if c.src, err = linkLocal(ifi); err != nil {
 			return nil, fmt.Errorf("check NDP on %s: %w", ifi.Name, err)
 		}
-		proto, filter = int(ethernet.EtherTypeIPv6), ndpFilter(ranges, false)
+		proto = int(ethernet.EtherTypeIPv6)
 	}
-	conn, err := packet.Listen(ifi, packet.Raw, proto, &packet.Config{Filter: filter})
+	conn, err := packet.Listen(ifi, packet.Raw, proto, &packet.Config{Filter: filterOf(c.ipv6, ranges, false)})
 	if err != nil {
 		return nil, fmt.Errorf("check %s on %s: %w", f, ifi.Name, err)
 	}
@@ -69,42 +70,30 @@ func linkLocal(ifi *net.Interface) (netip.Addr, error) {
 	return netip.Addr{}, errors.New("no IPv6 link-local address")
 }
 
-// Ask sends one request for addr, as a client asks, and returns the hardware addresses
-// that answered within wait, in the order they did: none when nobody did. A Checker asks
-// for one address once at a time; a second Ask for it waits for the first.
-func (c *Checker) Ask(ctx context.Context, addr netip.Addr, wait time.Duration) ([]net.HardwareAddr, error) {
-	if addr.Is6() != c.ipv6 || addr.Is4In6() {
-		return nil, fmt.Errorf("ask for %s on %s: not of the checker's family", addr, c.ifi.Name)
+// Ask sends one request for each of addrs, as a client asks, and returns the hardware
+// addresses that answered each within wait, in the order they did; an address nobody
+// answered for has none. Asks of one Checker take turns.
+func (c *Checker) Ask(ctx context.Context, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
+	c.turn.Lock()
+	defer c.turn.Unlock()
+	c.mu.Lock()
+	for _, a := range addrs {
+		c.asking[a] = &[]net.HardwareAddr{}
 	}
-	answers := &[]net.HardwareAddr{}
-	for {
-		c.mu.Lock()
-		if _, busy := c.asking[addr]; !busy {
-			c.asking[addr] = answers
-			c.mu.Unlock()
-			break
-		}
-		c.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-	}
+	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		delete(c.asking, addr)
+		clear(c.asking)
 		c.mu.Unlock()
 	}()
-	var frame []byte
-	var to net.HardwareAddr
-	if c.ipv6 {
-		frame, to = Solicitation(c.ifi.HardwareAddr, c.src, addr), multicastMAC(solicitedNode(addr))
-	} else {
-		frame, to = ARPProbe(c.ifi.HardwareAddr, addr), ethernet.Broadcast
+	var errs []error
+	for _, a := range addrs {
+		if err := c.send(a); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if _, err := c.conn.WriteTo(frame, &packet.Addr{HardwareAddr: to}); err != nil {
-		return nil, fmt.Errorf("ask for %s on %s: %w", addr, c.ifi.Name, err)
+	if len(errs) == len(addrs) && len(addrs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	select {
 	case <-ctx.Done():
@@ -113,7 +102,38 @@ func (c *Checker) Ask(ctx context.Context, addr netip.Addr, wait time.Duration) 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(*answers), nil
+	out := make(map[netip.Addr][]net.HardwareAddr, len(addrs))
+	for _, a := range addrs {
+		out[a] = slices.Clone(*c.asking[a])
+	}
+	return out, errors.Join(errs...)
+}
+
+// send sends the request for addr.
+func (c *Checker) send(addr netip.Addr) error {
+	if addr.Is6() != c.ipv6 || addr.Is4In6() {
+		return fmt.Errorf("ask for %s on %s: not of the checker's family", addr, c.ifi.Name)
+	}
+	var frame []byte
+	var to net.HardwareAddr
+	if c.ipv6 {
+		frame, to = Solicitation(c.ifi.HardwareAddr, c.src, addr), multicastMAC(solicitedNode(addr))
+	} else {
+		frame, to = ARPProbe(c.ifi.HardwareAddr, addr), ethernet.Broadcast
+	}
+	if _, err := c.conn.WriteTo(frame, &packet.Addr{HardwareAddr: to}); err != nil {
+		return fmt.Errorf("ask for %s on %s: %w", addr, c.ifi.Name, err)
+	}
+	return nil
+}
+
+// SetRanges makes the kernel's filter let through the answers about addresses in ranges,
+// from the next frame on.
+func (c *Checker) SetRanges(ranges []iprange.Range) error {
+	if err := c.conn.SetBPF(filterOf(c.ipv6, ranges, false)); err != nil {
+		return fmt.Errorf("filter the answers on %s: %w", c.ifi.Name, err)
+	}
+	return nil
 }
 
 // Serve reads the answers until Close, and then returns nil.

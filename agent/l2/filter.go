@@ -86,6 +86,14 @@ func ndpFilter(ranges []iprange.Range, questions bool) []bpf.RawInstruction {
 	return assemble("NDP", append(prog, inRanges(ranges, iprange.IPv6)...))
 }
 
+// filterOf returns ndpFilter for IPv6, arpFilter otherwise.
+func filterOf(ipv6 bool, ranges []iprange.Range, questions bool) []bpf.RawInstruction {
+	if ipv6 {
+		return ndpFilter(ranges, questions)
+	}
+	return arpFilter(ranges, questions)
+}
+
 // inRanges returns the end of a filter: keep the frame when the address at the offset
 // of the family's claims (an ARP sender, an advertisement's target) lies in one of the
 // ranges of the family, and drop it otherwise. For IPv4 the accumulator holds the

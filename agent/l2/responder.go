@@ -134,11 +134,7 @@ func newResponder(ifi *net.Interface, conn *packet.Conn, groups *ndp.Conn, src n
 // SetRanges makes the kernel's filter let through the claims of addresses in ranges,
 // as Config.Ranges, from the next frame on: the pools changed.
 func (r *Responder) SetRanges(ranges []iprange.Range) error {
-	filter := arpFilter(ranges, true)
-	if r.ipv6 {
-		filter = ndpFilter(ranges, true)
-	}
-	if err := r.conn.SetBPF(filter); err != nil {
+	if err := r.conn.SetBPF(filterOf(r.ipv6, ranges, true)); err != nil {
 		return fmt.Errorf("filter the pools' claims on %s: %w", r.ifi.Name, err)
 	}
 	return nil

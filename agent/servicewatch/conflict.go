@@ -4,7 +4,6 @@ import (
 	"net"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/agent/l2"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/desired"
@@ -19,14 +18,7 @@ const ReasonDuplicateAddress = "DuplicateAddress"
 // at ours on interface ifname, when the host at mac claims it too: clients reach either
 // host, whichever spoke last. Nothing moves because of it; the event says what to look for.
 func (w *Watcher) DuplicateAddress(a desired.Address, c l2.Claim, ifname string, ours net.HardwareAddr) {
-	for _, key := range a.Services {
-		ns, name, _ := cache.SplitMetaNamespaceKey(key)
-		svc, err := w.lister.Services(ns).Get(name)
-		if err != nil {
-			continue
-		}
-		w.recorder.Eventf(svc, v1.EventTypeWarning, ReasonDuplicateAddress,
-			"Another host claims %s: %s %s on %s, where node %s announces it at %s; clients may reach either. Find the host with hardware address %s and remove the address from it, or take the address out of pool %s",
-			c.Addr, c.MAC, c.Kind.Describe(c.Addr.Is6()), ifname, w.node, ours, c.MAC, a.Pool.Name)
-	}
+	w.eventOn(a.Services, v1.EventTypeWarning, ReasonDuplicateAddress,
+		"Another host claims %s: %s %s on %s, where node %s announces it at %s; clients may reach either. Find the host with hardware address %s and remove the address from it, or take the address out of pool %s",
+		c.Addr, c.MAC, c.Kind.Describe(c.Addr.Is6()), ifname, w.node, ours, c.MAC, a.Pool.Name)
 }

@@ -49,6 +49,12 @@ type Applier interface {
 	Apply([]desired.Address)
 }
 
+// Backer takes the addresses this node would take over first (desired.BackedOf), at
+// every change: a *wirecheck.Check's adapter, which checks them on the wire.
+type Backer interface {
+	Back([]desired.Backed)
+}
+
 // Verdict is what the watcher needs to know of the agent's verdict, the nodes taken for
 // down, and tells back:
 // a *verdict.Keeper.
@@ -111,7 +117,13 @@ type Watcher struct {
 	check  dutyCheck
 	// dutyWake makes watchDuty look at once (pokeDuty).
 	dutyWake chan struct{}
+	// backer, if set, is given what this node backs (SetBacker).
+	backer Backer
 }
+
+// SetBacker makes b take, at every change, the addresses this node would take over
+// first. Call it before Run.
+func (w *Watcher) SetBacker(b Backer) { w.backer = b }
 
 // Cache is the agent's cache of the Services of type LoadBalancer, and the health of its
 // watch: the watcher reads it, and the probe responder reports how far it has come
@@ -340,6 +352,9 @@ func (w *Watcher) sync() error {
 	}
 	w.speaker.Apply(addrs)
 	w.applied = addrs
+	if w.backer != nil {
+		w.backer.Back(desired.BackedOf(w.node, nodeLabels, requests, cfg, isDown))
+	}
 	var covers []string
 	for _, a := range addrs {
 		covers = append(covers, a.Covers...)
@@ -377,13 +392,5 @@ func (w *Watcher) Unplaced(a desired.Address) {
 	if len(a.Pool.Interfaces) > 0 {
 		where = fmt.Sprintf("none of the interfaces of pool %s (%v) is up", a.Pool.Name, a.Pool.Interfaces)
 	}
-	for _, key := range a.Services {
-		ns, name, _ := cache.SplitMetaNamespaceKey(key)
-		svc, err := w.lister.Services(ns).Get(name)
-		if err != nil {
-			continue
-		}
-		w.recorder.Eventf(svc, v1.EventTypeWarning, ReasonNoInterface,
-			"Node %s does not announce %s: %s", w.node, a.Addr, where)
-	}
+	w.eventOn(a.Services, v1.EventTypeWarning, ReasonNoInterface, "Node %s does not announce %s: %s", w.node, a.Addr, where)
 }

@@ -94,3 +94,19 @@ func readLinks() ([]Link, error) {
 	slices.SortFunc(links, func(a, b Link) int { return cmp.Compare(a.Name, b.Name) })
 	return links, nil
 }
+
+// Links returns the links the node would announce addr on, for a pool announced on the
+// interfaces pool (any, when empty), as Choose picks them: a copy, for the wire check.
+func (s *Speaker) Links(addr netip.Addr, pool []string) []Link {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Link
+	for _, name := range Choose(addr, pool, s.links) {
+		if i := slices.IndexFunc(s.links, func(l Link) bool { return l.Name == name }); i >= 0 {
+			l := s.links[i]
+			l.MAC, l.Subnets = slices.Clone(l.MAC), slices.Clone(l.Subnets)
+			out = append(out, l)
+		}
+	}
+	return out
+}

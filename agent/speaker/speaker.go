@@ -250,21 +250,12 @@ func (s *Speaker) SetPools(pools []config.Pool) {
 	defer s.mu.Unlock()
 	s.pools = pools
 	s.tellUnable()
-	ranges := poolRanges(pools)
+	ranges := config.RangesOf(pools)
 	for k, r := range s.responders {
 		if err := r.SetRanges(ranges); err != nil {
 			klog.ErrorS(err, "Cannot filter the claims of the pools' addresses; another host's claims may go unnoticed", "interface", k.link)
 		}
 	}
-}
-
-// poolRanges returns the ranges of every pool.
-func poolRanges(pools []config.Pool) []iprange.Range {
-	var out []iprange.Range
-	for _, p := range pools {
-		out = append(out, p.Ranges...)
-	}
-	return out
 }
 
 // tellUnable tells Options.Unable what the node cannot announce, if it changed. s.mu is
@@ -405,7 +396,7 @@ func (s *Speaker) listen(k respKey, l Link) (*responder, error) {
 	ifi := &net.Interface{Index: l.Index, Name: l.Name, HardwareAddr: l.MAC, MTU: l.MTU}
 	var resp *responder
 	cfg := l2.Config{
-		Ranges: poolRanges(s.pools),
+		Ranges: config.RangesOf(s.pools),
 		// Set below, before Serve reads a frame.
 		Claims: func(c l2.Claim) { s.claimed(k, resp, c) },
 	}
