@@ -169,7 +169,7 @@ fmt-check: ## Fail if gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: bench-pick bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-idle bench-failover bench-busy ## Every benchmark; figures are in docs/performance.md
+bench: bench-pick bench-annotation bench-ipam bench-prober bench-ccm bench-agent bench-idle bench-wire bench-failover bench-busy ## Every benchmark; figures are in docs/performance.md
 
 .PHONY: bench-pick
 bench-pick: ## The announcer rule: spread over equal nodes (max/mean, min/mean), moves when a node leaves or joins against the fewest possible, and deciding 5,000 groups over 1,000 nodes after a node leaves
@@ -207,6 +207,10 @@ BULK_RUNS ?= 10
 .PHONY: bench-bulk
 bench-bulk: deps tools build ## Root, ~10 min a run: bench-failover's 5,000-Service case alone, BULK_RUNS (10) times in a row, each on a cluster of its own; each run's table gives its live agents taken for down
 	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench='^BenchmarkFailover$$/^5000-services$$' -benchtime=1x -count=$(BULK_RUNS) -timeout=$$(( $(BULK_RUNS) * 20 ))m ./test/e2e
+
+.PHONY: bench-wire
+bench-wire: deps tools build ## Root, ~3 min: the wire check's steady-state cost, one node backing 5,000 addresses of another at the default interval: requests and replies a second, both agents' CPU
+	BAREMETAL_CCM=$(CURDIR)/$(BIN)/baremetal-ccm BAREMETAL_AGENT=$(CURDIR)/$(BIN)/baremetal-agent $(GO) test -run='^$$' -bench='^BenchmarkWireCheck$$' -benchtime=1x -timeout=15m ./test/e2e
 
 .PHONY: bench-idle
 bench-idle: deps tools build ## Root, ~1 min: the agents' CPU at rest (3 nodes, the ccm probing them, one Service), in millicores against their 20m request

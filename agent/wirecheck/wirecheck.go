@@ -24,6 +24,9 @@ const (
 	// wait is how long a round waits for answers: a client kernel's first retry comes
 	// after a second; an answer on a segment takes well under a millisecond.
 	wait = 250 * time.Millisecond
+	// retryWait is how long the second request of a round, for what the first left
+	// unanswered, waits: a client kernel's own retry interval.
+	retryWait = time.Second
 	// misses is how many rounds in a row unanswered make an address dark.
 	misses = 2
 )
@@ -198,6 +201,24 @@ func (c *Check) check(ctx context.Context, k checkerKey, targets []Target) {
 	if err != nil {
 		klog.V(2).InfoS("Cannot ask for addresses on the wire", "interface", targets[0].Interface.Name, "err", err)
 		return
+	}
+	// An answer lost or late on a busy node or segment is no miss: what went unanswered
+	// is asked for once more, with a client's patience, before it counts.
+	var again []netip.Addr
+	for _, a := range ask {
+		if len(answers[a]) == 0 {
+			again = append(again, a)
+		}
+	}
+	if len(again) > 0 {
+		more, err := ch.Ask(ctx, again, retryWait)
+		if err != nil {
+			klog.V(2).InfoS("Cannot ask for addresses on the wire", "interface", targets[0].Interface.Name, "err", err)
+			return
+		}
+		for a, m := range more {
+			answers[a] = m
+		}
 	}
 	// Without a control of its own, an address's round counts when another address of
 	// the round was answered: this node hears the wire.

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -33,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/controlloop"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/liveness"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/probe"
@@ -305,9 +305,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	c.enqueueAll()
 	klog.InfoS("Announcer started", "workers", workers)
-	for range workers {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
+	controlloop.Start(ctx, c.queue, workers, c.sync, controlloop.Failure{Message: "Syncing announcer failed, will retry", Key: "group"})
 	<-ctx.Done()
 }
 
@@ -320,26 +318,6 @@ func (c *Controller) HasSynced() bool {
 		}
 	}
 	return c.health.HasSynced()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		klog.ErrorS(err, "Syncing announcer failed, will retry", "group", key)
-		c.queue.AddRateLimited(key)
-	} else {
-		c.queue.Forget(key)
-	}
-	return true
 }
 
 // forgetPatch drops what is known of this ccm's patches of a deleted Service.

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/informers"
@@ -29,6 +28,7 @@ import (
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/announcer"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/contest"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/controlloop"
 )
 
 // Name is the controller's name: its client's, its queue's, and the field manager that
@@ -127,31 +127,7 @@ func (c *Controller) forget(key string) {
 
 // Run writes conditions with workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced) {
-		return
-	}
-	for range workers {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		if err := c.sync(ctx, key); err != nil {
-			klog.ErrorS(err, "Writing the Service's conditions failed, will retry", "service", key)
-			c.queue.AddRateLimited(key)
-		} else {
-			c.queue.Forget(key)
-		}
-		c.queue.Done(key)
-	}
+	controlloop.Run(ctx, Name, c.queue, c.synced, workers, c.sync, controlloop.Failure{Message: "Writing the Service's conditions failed, will retry", Key: "service"})
 }
 
 // sync writes the Service's conditions where they differ from what they should say. It

@@ -30,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/annotation"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/contest"
+	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/ccm/controlloop"
 	"github.com/cloud-provider-baremetal/cloud-provider-baremetal/config"
 )
 
@@ -135,31 +135,7 @@ func (c *Controller) Resync(*config.Config) {
 
 // Run checks Services with workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced) {
-		return
-	}
-	for range workers {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		if err := c.sync(ctx, key); err != nil {
-			klog.ErrorS(err, "Checking the Service's status failed, will retry", "service", key)
-			c.queue.AddRateLimited(key)
-		} else {
-			c.queue.Forget(key)
-		}
-		c.queue.Done(key)
-	}
+	controlloop.Run(ctx, Name, c.queue, c.synced, workers, c.sync, controlloop.Failure{Message: "Checking the Service's status failed, will retry", Key: "service"})
 }
 
 // sync ensures the Service's load balancer and writes its addresses to the status where

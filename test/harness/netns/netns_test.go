@@ -147,19 +147,7 @@ func TestForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { echo.Close() })
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c) // what fails, the client sees
-			}()
-		}
-	}()
+	serveEcho(t, echo)
 
 	addr, err := n.Forward(echo.Addr().String())
 	if err != nil {
@@ -552,4 +540,22 @@ func TestEnableForwarding(t *testing.T) {
 	if got := sysctl(n.Nodes[1], "net/ipv6/conf/all/forwarding"); got != "0" {
 		t.Errorf("%s: net/ipv6/conf/all/forwarding = %s, want 0", n.Nodes[1].Label, got)
 	}
+}
+
+// serveEcho echoes what every connection to ln sends until the test ends, and then
+// closes ln.
+func serveEcho(t *testing.T, ln net.Listener) {
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c) // what fails, the client sees
+			}()
+		}
+	}()
 }

@@ -77,19 +77,7 @@ func TestServeConnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
+	serveEcho(t, ln)
 	sock := filepath.Join(t.TempDir(), "connect.sock")
 	if err := n.ServeConnect(sock); err != nil {
 		t.Fatal(err)
