@@ -70,15 +70,23 @@ func linkLocal(ifi *net.Interface) (netip.Addr, error) {
 	return netip.Addr{}, errors.New("no IPv6 link-local address")
 }
 
-// Ask sends one request for each of addrs, as a client asks, and returns the hardware
-// addresses that answered each within wait, in the order they did; an address nobody
-// answered for has none. Asks of one Checker take turns.
-func (c *Checker) Ask(ctx context.Context, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
+// A Question is a request for Addr: to To, as a client refreshing an entry asks the
+// hardware address it holds, or to every host (broadcast, or the address's
+// solicited-node group) when To is nil, as a client asks first.
+type Question struct {
+	Addr netip.Addr
+	To   net.HardwareAddr
+}
+
+// Ask sends one request for each of qs, as a client asks, and returns the hardware
+// addresses that answered each address within wait, in the order they did; an address
+// nobody answered for has none. Asks of one Checker take turns.
+func (c *Checker) Ask(ctx context.Context, qs []Question, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
 	c.turn.Lock()
 	defer c.turn.Unlock()
 	c.mu.Lock()
-	for _, a := range addrs {
-		c.asking[a] = &[]net.HardwareAddr{}
+	for _, q := range qs {
+		c.asking[q.Addr] = &[]net.HardwareAddr{}
 	}
 	c.mu.Unlock()
 	defer func() {
@@ -87,12 +95,12 @@ func (c *Checker) Ask(ctx context.Context, addrs []netip.Addr, wait time.Duratio
 		c.mu.Unlock()
 	}()
 	var errs []error
-	for _, a := range addrs {
-		if err := c.send(a); err != nil {
+	for _, q := range qs {
+		if err := c.send(q); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == len(addrs) && len(addrs) > 0 {
+	if len(errs) == len(qs) && len(qs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	select {
@@ -102,26 +110,26 @@ func (c *Checker) Ask(ctx context.Context, addrs []netip.Addr, wait time.Duratio
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[netip.Addr][]net.HardwareAddr, len(addrs))
-	for _, a := range addrs {
-		out[a] = slices.Clone(*c.asking[a])
+	out := make(map[netip.Addr][]net.HardwareAddr, len(qs))
+	for _, q := range qs {
+		out[q.Addr] = slices.Clone(*c.asking[q.Addr])
 	}
 	return out, errors.Join(errs...)
 }
 
-// send sends the request for addr.
-func (c *Checker) send(addr netip.Addr) error {
+// send sends the request of q.
+func (c *Checker) send(q Question) error {
+	addr := q.Addr
 	if addr.Is6() != c.ipv6 || addr.Is4In6() {
 		return fmt.Errorf("ask for %s on %s: not of the checker's family", addr, c.ifi.Name)
 	}
 	var frame []byte
-	var to net.HardwareAddr
 	if c.ipv6 {
-		frame, to = Solicitation(c.ifi.HardwareAddr, c.src, addr), multicastMAC(solicitedNode(addr))
+		frame = Solicitation(c.ifi.HardwareAddr, c.src, addr, q.To)
 	} else {
-		frame, to = ARPProbe(c.ifi.HardwareAddr, addr), ethernet.Broadcast
+		frame = ARPProbe(c.ifi.HardwareAddr, addr, q.To)
 	}
-	if _, err := c.conn.WriteTo(frame, &packet.Addr{HardwareAddr: to}); err != nil {
+	if _, err := c.conn.WriteTo(frame, &packet.Addr{HardwareAddr: frame[:6]}); err != nil {
 		return fmt.Errorf("ask for %s on %s: %w", addr, c.ifi.Name, err)
 	}
 	return nil
@@ -176,21 +184,31 @@ func (c *Checker) Close() error { return c.conn.Close() }
 // ARPProbe returns an ARP request for addr from the hardware address mac, with sender
 // address 0.0.0.0 (RFC 5227): it asks without telling anyone of an address of the asker,
 // so no host enters one in its cache, and the asker needs no IPv4 address on the link.
-func ARPProbe(mac net.HardwareAddr, addr netip.Addr) []byte {
+// It goes to to, or to broadcast when to is nil.
+func ARPProbe(mac net.HardwareAddr, addr netip.Addr, to net.HardwareAddr) []byte {
 	p, err := arp.NewPacket(arp.OperationRequest, mac, netip.IPv4Unspecified(), zeroMAC, addr)
 	if err != nil {
 		panic("l2: ARP probe for " + addr.String() + ": " + err.Error())
 	}
-	return arpFrame(ethernet.Broadcast, mac, p)
+	if to == nil {
+		to = ethernet.Broadcast
+	}
+	return arpFrame(to, mac, p)
 }
 
-// Solicitation returns a neighbour solicitation for addr from src at mac, to addr's
-// solicited-node group, as a client's kernel sends it.
-func Solicitation(mac net.HardwareAddr, src, addr netip.Addr) []byte {
-	group := solicitedNode(addr)
+// Solicitation returns a neighbour solicitation for addr from src at mac, as a client's
+// kernel sends it: to addr's solicited-node group, or, when to is not nil, to addr at to,
+// as a client checks an entry it holds.
+func Solicitation(mac net.HardwareAddr, src, addr netip.Addr, to net.HardwareAddr) []byte {
+	dst, dstMAC := solicitedNode(addr), to
+	if to == nil {
+		dstMAC = multicastMAC(dst)
+	} else {
+		dst = addr
+	}
 	ns := &ndp.NeighborSolicitation{
 		TargetAddress: addr,
 		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: mac}},
 	}
-	return ndpFrame(multicastMAC(group), mac, src, group, ns)
+	return ndpFrame(dstMAC, mac, src, dst, ns)
 }

@@ -63,6 +63,8 @@ type Check struct {
 	ranges   []iprange.Range
 	targets  map[netip.Addr]*entry
 	checkers map[checkerKey]*l2.Checker
+	// controls holds the hardware address that answered for each control last.
+	controls map[netip.Addr]net.HardwareAddr
 	counts   [2][outcomes]uint64
 	dark     int
 }
@@ -71,6 +73,9 @@ type entry struct {
 	Target
 	due time.Time
 	st  state
+	// mac answered for the address last: the next round asks it alone, as a client
+	// refreshing its entry does, so that no other host hears the check.
+	mac net.HardwareAddr
 }
 
 type checkerKey struct {
@@ -81,7 +86,7 @@ type checkerKey struct {
 
 // New returns a Check of node's targets, checking nothing until Set and Run.
 func New(node string, opts Options) *Check {
-	return &Check{opts: opts, node: node, targets: map[netip.Addr]*entry{}, checkers: map[checkerKey]*l2.Checker{}}
+	return &Check{opts: opts, node: node, targets: map[netip.Addr]*entry{}, checkers: map[checkerKey]*l2.Checker{}, controls: map[netip.Addr]net.HardwareAddr{}}
 }
 
 // SetInterval sets how often each address is asked for; 0 stops the check.
@@ -130,6 +135,15 @@ func (c *Check) Set(targets []Target) {
 		}
 	}
 	c.targets = keep
+	controls := map[netip.Addr]bool{}
+	for _, t := range targets {
+		controls[t.Control] = true
+	}
+	for a := range c.controls {
+		if !controls[a] {
+			delete(c.controls, a)
+		}
+	}
 	c.filterLocked()
 }
 
@@ -183,6 +197,42 @@ func (c *Check) due(now time.Time) map[checkerKey][]Target {
 	return out
 }
 
+// questions returns the requests of a round of targets: for each address, and for each
+// control once, to the hardware address that answered it last, or to every host.
+func (c *Check) questions(targets []Target) []l2.Question {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var qs []l2.Question
+	asked := map[netip.Addr]bool{}
+	for _, t := range targets {
+		var to net.HardwareAddr
+		if e := c.targets[t.Addr]; e != nil {
+			to = e.mac
+		}
+		qs = append(qs, l2.Question{Addr: t.Addr, To: to})
+		if t.Control.IsValid() && !asked[t.Control] {
+			asked[t.Control] = true
+			qs = append(qs, l2.Question{Addr: t.Control, To: c.controls[t.Control]})
+		}
+	}
+	return qs
+}
+
+// learn keeps who answered each address of a round, for the next. c.mu is held.
+func (c *Check) learn(answers map[netip.Addr][]net.HardwareAddr) {
+	for a, macs := range answers {
+		var mac net.HardwareAddr
+		if len(macs) > 0 {
+			mac = macs[0]
+		}
+		if e := c.targets[a]; e != nil {
+			e.mac = mac
+		} else {
+			c.controls[a] = mac
+		}
+	}
+}
+
 // check runs one round of targets on the socket of k.
 func (c *Check) check(ctx context.Context, k checkerKey, targets []Target) {
 	ch, err := c.checker(k, targets[0].Interface)
@@ -190,13 +240,7 @@ func (c *Check) check(ctx context.Context, k checkerKey, targets []Target) {
 		klog.ErrorS(err, "Cannot check addresses on the wire", "interface", targets[0].Interface.Name)
 		return
 	}
-	var ask []netip.Addr
-	for _, t := range targets {
-		ask = append(ask, t.Addr)
-		if t.Control.IsValid() && !slices.Contains(ask, t.Control) {
-			ask = append(ask, t.Control)
-		}
-	}
+	ask := c.questions(targets)
 	answers, err := ch.Ask(ctx, ask, wait)
 	if err != nil {
 		klog.V(2).InfoS("Cannot ask for addresses on the wire", "interface", targets[0].Interface.Name, "err", err)
@@ -204,10 +248,10 @@ func (c *Check) check(ctx context.Context, k checkerKey, targets []Target) {
 	}
 	// An answer lost or late on a busy node or segment is no miss: what went unanswered
 	// is asked for once more, with a client's patience, before it counts.
-	var again []netip.Addr
-	for _, a := range ask {
-		if len(answers[a]) == 0 {
-			again = append(again, a)
+	var again []l2.Question
+	for _, q := range ask {
+		if len(answers[q.Addr]) == 0 {
+			again = append(again, l2.Question{Addr: q.Addr})
 		}
 	}
 	if len(again) > 0 {
@@ -223,10 +267,11 @@ func (c *Check) check(ctx context.Context, k checkerKey, targets []Target) {
 	// Without a control of its own, an address's round counts when another address of
 	// the round was answered: this node hears the wire.
 	heard := false
-	for _, a := range ask {
-		heard = heard || len(answers[a]) > 0
+	for _, q := range ask {
+		heard = heard || len(answers[q.Addr]) > 0
 	}
 	c.mu.Lock()
+	c.learn(answers)
 	type report struct {
 		t      Target
 		change Change
