@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/arp"
@@ -30,8 +31,9 @@ type Checker struct {
 	// src is the link-local address solicitations come from; invalid for IPv4.
 	src netip.Addr
 
-	turn sync.Mutex // held by Ask
-	mu   sync.Mutex
+	turn   sync.Mutex  // held by Ask
+	closed atomic.Bool // set by Close: a read that fails then is the end, not an error
+	mu     sync.Mutex
 	// asking holds, per address asked for, the answers so far.
 	asking map[netip.Addr]*[]net.HardwareAddr
 }
@@ -149,7 +151,7 @@ func (c *Checker) Serve() error {
 	buf := make([]byte, c.ifi.MTU+64)
 	for {
 		n, _, err := c.conn.ReadFrom(buf)
-		if errors.Is(err, net.ErrClosed) {
+		if errors.Is(err, net.ErrClosed) || c.closed.Load() {
 			return nil
 		}
 		if err != nil {
@@ -178,8 +180,11 @@ func (c *Checker) take(frame []byte) {
 	}
 }
 
-// Close stops reading; Serve then returns.
-func (c *Checker) Close() error { return c.conn.Close() }
+// Close stops reading; Serve then returns nil.
+func (c *Checker) Close() error {
+	c.closed.Store(true)
+	return c.conn.Close()
+}
 
 // ARPProbe returns an ARP request for addr from the hardware address mac, with sender
 // address 0.0.0.0 (RFC 5227): it asks without telling anyone of an address of the asker,

@@ -44,8 +44,14 @@ func TestCheckOnTheWire(t *testing.T) {
 
 	for _, f := range []iprange.Family{iprange.IPv4, iprange.IPv6} {
 		c := listen(t, checker, func(ifi *net.Interface) (*Checker, error) { return ListenCheck(ifi, f, pools) })
-		t.Cleanup(func() { c.Close() })
-		go func() { _ = c.Serve() }()
+		served := make(chan error, 1)
+		go func() { served <- c.Serve() }()
+		defer func() {
+			c.Close()
+			if err := <-served; err != nil {
+				t.Errorf("Serve after Close: %v, want nil", err)
+			}
+		}()
 		want := map[netip.Addr][]net.HardwareAddr{
 			vip4: {owner.MAC}, shared4: {owner.MAC, stranger.MAC}, dark4: nil,
 			vip6: {owner.MAC}, shared6: {owner.MAC, stranger.MAC}, dark6: nil,

@@ -76,6 +76,8 @@ type Responder struct {
 	mu    sync.Mutex // serialises Set
 
 	read, requests, answered, gratuitous, refreshes, claimed atomic.Uint64
+	// closed is set by Close: a read that fails then is the end, not an error.
+	closed atomic.Bool
 }
 
 // ListenARP returns a Responder for the IPv4 addresses of interface ifi, owning none.
@@ -239,7 +241,7 @@ func (r *Responder) Serve() error {
 	}
 	for {
 		n, _, err := r.conn.ReadFrom(buf)
-		if errors.Is(err, net.ErrClosed) {
+		if errors.Is(err, net.ErrClosed) || r.closed.Load() {
 			return nil
 		}
 		if err != nil {
@@ -296,6 +298,7 @@ func (r *Responder) Close() error {
 	r.mu.Lock()
 	r.owned.Store(&map[netip.Addr]struct{}{})
 	r.mu.Unlock()
+	r.closed.Store(true)
 	err := r.conn.Close()
 	if r.groups != nil {
 		err = errors.Join(err, r.groups.Close())

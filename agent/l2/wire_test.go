@@ -40,8 +40,14 @@ func onTheWire(t *testing.T, cfg Config) (r *Responder, owner, peer *netns.Host,
 	n := netns.ForTest(t, 2)
 	owner, peer = n.Nodes[0], n.Nodes[1]
 	r = listen(t, owner, func(ifi *net.Interface) (*Responder, error) { return ListenARP(ifi, cfg) })
-	t.Cleanup(func() { r.Close() })
-	go func() { _ = r.Serve() }() // nil once closed; an error shows as a test's frame unread
+	served := make(chan error, 1)
+	go func() { served <- r.Serve() }()
+	t.Cleanup(func() {
+		r.Close()
+		if err := <-served; err != nil {
+			t.Errorf("Serve after Close: %v, want nil", err)
+		}
+	})
 	conn = listen(t, peer, func(ifi *net.Interface) (*packet.Conn, error) {
 		return packet.Listen(ifi, packet.Raw, int(ethernet.EtherTypeARP), nil)
 	})
