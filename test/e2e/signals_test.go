@@ -533,7 +533,8 @@ func TestCCMCutOffFromAgents(t *testing.T) {
 	svc, addrs := c.createLBService(t, "isolated")
 	c.waitSettled(t)
 	owner := c.announcer(t, svc)
-	changes := c.countEvents(t, svc, "AnnouncerChanged")
+	// The first decision's event, recorded after the annotation, which waitSettled saw.
+	changes := c.waitEvents(t, svc, "AnnouncerChanged", 1)
 	var clients []*traffic.Client
 	for _, a := range addrs {
 		c.waitSteady(t, a, owner)
@@ -562,6 +563,21 @@ func TestCCMCutOffFromAgents(t *testing.T) {
 	if got := c.countEvents(t, svc, "AnnouncerChanged"); got != changes {
 		t.Errorf("%d AnnouncerChanged events after the ccm's isolation, want %d", got, changes)
 	}
+}
+
+// waitEvents waits up to 10 s until at least n events of reason were recorded on svc, and
+// returns how many were: events reach the API server after what they tell of.
+func (c *cluster) waitEvents(t testing.TB, svc *corev1.Service, reason string, n int) int {
+	t.Helper()
+	var got int
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		got = c.countEvents(t, svc, reason)
+		return got >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("%d %s events on %s/%s after 10s, want at least %d", got, reason, svc.Namespace, svc.Name, n)
+	}
+	return got
 }
 
 // waitNodeEvent waits up to 10 s for an event of reason on Node node.
